@@ -1,0 +1,5 @@
+"""`python -m mlpstorage_py` runs the CLI."""
+
+from mlpstorage_py.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""One lifecycle for every benchmark: plan, gates, leaf, execute, collect, write the leaf.
+
+Whatever happens after the leaf exists (success, an error, SIGINT or SIGTERM), the leaf
+gets its metadata, provenance and code-image pointer, with the failure recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError
+from mlpstorage_py.results import code_image, fs_probe, provenance
+from mlpstorage_py.results.host import host_info
+from mlpstorage_py.results.io import write_json
+from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
+from mlpstorage_py.results.logs import attach_leaf, detach, log
+from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def print_plan(bench: Benchmark, plan: Plan) -> None:
+    """whatif: show what would run, execute nothing."""
+    req = bench.request
+    print(f"whatif: {req.benchmark} {req.model} {req.command} ({req.storage}) - nothing is executed")
+    for line in plan.report:
+        print(line)
+    for argv in plan.commands:
+        print("  command: " + shlex.join(argv))
+
+
+def systemname(bench: Benchmark) -> str:
+    name = bench.request.arg("systemname") or os.environ.get("MLPSTORAGE_SYSTEMNAME")
+    if not name:
+        raise ConfigurationError("--systemname (or MLPSTORAGE_SYSTEMNAME) is required: it names the system under test in the results tree")
+    return check_name("system name", name)
+
+
+def run(bench: Benchmark) -> int:
+    req = bench.request
+    plan = bench.plan()
+    if req.mode == "whatif":
+        print_plan(bench, plan)
+        return 0
+    system = systemname(bench)
+    results_dir, source = resolve_results_dir(req.arg("results_dir"))
+    log.debug(f"results-dir: {results_dir} (from {source})")
+    org = require_org(results_dir)
+    bench.preflight(plan)
+    fs_record = _fs_gate(bench, plan, results_dir)
+    digest, image, created = code_image.capture(results_dir)
+    log.debug(f"code image {image} ({'captured' if created else 'reused'})")
+    leaf, stamp = create_leaf(workload_dir(results_dir, req.mode, org, system, bench.leaf_tail()), datetime.now())
+    handlers = attach_leaf(leaf)
+    log.info(f"leaf: {leaf}")
+    metadata = _metadata(bench, plan, leaf, stamp)
+    status, failure = 6, "did not finish"
+    try:
+        if fs_record is not None:
+            write_json(leaf / fs_probe.FILE_NAME, fs_record)
+        bench.execute(plan, leaf)
+        metadata.update(bench.collect(plan, leaf))
+        status, failure = 0, None
+        return 0
+    except KeyboardInterrupt as exc:
+        status, failure = Interrupted.exit_code, "interrupted"
+        raise Interrupted("interrupted; the leaf records the failure") from exc
+    except MlpsError as exc:
+        status, failure = exc.exit_code, str(exc)
+        raise
+    except Exception as exc:
+        status, failure = 1, f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        _write_leaf(bench, plan, leaf, metadata, digest, status, failure)
+        if failure:
+            log.error(f"{req.benchmark} {req.command} failed (exit {status}): {failure}; leaf {leaf}")
+        detach(handlers)
+
+
+def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] | None:
+    """Rules 3.4.2/4.4.2: probe data vs results filesystems; CLOSED refuses a shared one."""
+    req = bench.request
+    if plan.data_dir is None or req.storage != "file":
+        return None
+    if not plan.data_dir.is_dir():
+        if req.command == "datasize":
+            log.info(f"data directory {plan.data_dir} does not exist yet; no filesystem probe recorded")
+            return None
+        raise ConfigurationError(f"data directory {plan.data_dir} does not exist")
+    record = fs_probe.probe(plan.data_dir, results_dir)
+    if record["same_filesystem"] and req.mode == "closed" and req.command != "datasize" \
+            and not req.arg("skip_fs_separation_gate", False):
+        raise GateRefused(f"data directory {plan.data_dir} and results directory {results_dir} are on the same filesystem "
+                          "(Rules 3.4.2/4.4.2); put them on different filesystems")
+    return record
+
+
+def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str, Any]:
+    req = bench.request
+    return {
+        "benchmark_type": bench.benchmark_type,
+        "model": req.model,
+        "command": req.command,
+        "run_datetime": stamp,
+        "num_processes": plan.num_processes,
+        "accelerator": plan.accelerator,
+        "storage": req.storage,
+        "result_dir": str(leaf),
+        "args": {k: v for k, v in req.args.items() if not k.startswith("_")},
+        "parameters": plan.parameters,
+        "override_parameters": plan.override_parameters,
+        "engine_parameters": plan.engine_parameters,
+        "verification": "CLOSED" if req.mode == "closed" else plan.verification,
+        "executed_command": "; ".join(shlex.join(argv) for argv in plan.commands),
+        "executed_argv": plan.commands,
+        "system_info": host_info(),
+        "invocation_start_time": _iso(req.arg("_started_at", time.time())),
+        "provenance_file": provenance.FILE_NAME,
+    }
+
+
+def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, Any], digest: str,
+                status: int, failure: str | None) -> None:
+    """Pointer, provenance and metadata; written last so they describe the outcome."""
+    (leaf / code_image.POINTER_FILE).write_text(code_image.pointer_text(digest) + "\n", encoding="utf-8")
+    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest))
+    end = time.time()
+    metadata.update(
+        invocation_end_time=_iso(end),
+        runtime=end - bench.request.arg("_started_at", end),
+        exit_status=status,
+        failure=failure,
+    )
+    write_json(leaf / f"{bench.benchmark_type}_{metadata['run_datetime']}_metadata.json", metadata)

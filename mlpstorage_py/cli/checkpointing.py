@@ -1,0 +1,45 @@
+"""`mlpstorage <mode> checkpointing <model> <datasize|run|configview> [file|object]`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_universal,
+                                      command_parser, positive_float, positive_int)
+from mlpstorage_py.rules.tables import checker, edition
+
+
+def register(benches: Any, mode: str) -> None:
+    bench = benches.add_parser("checkpointing", help="LLM checkpoint write and read (llama3 8b/70b/405b/1t)",
+                               description="Checkpointing workloads: write then read checkpoints across MPI ranks.")
+    models = bench.add_subparsers(dest="model", metavar="<model>", required=True)
+    table = edition()["closed"]["checkpointing"]
+    accels = sorted({a for v in table.values() for a in v})
+    if mode == "whatif":
+        accels += [a for a in checker()["accelerator_memory_gb"] if a not in accels]
+    for model in table:
+        mp = models.add_parser(model, help=f"{model} checkpoint ({checker()['checkpoint_size_gb'][model]} GiB)")
+        commands = mp.add_subparsers(dest="command", metavar="<command>", required=True)
+        for name, text in (("datasize", "estimate checkpoint size and host memory needs"),
+                           ("run", "write and/or read checkpoints"),
+                           ("configview", "show the resolved configuration without running")):
+            p = command_parser(commands, name, text, "checkpointing")
+            p.add_argument("--client-host-memory-in-gb", "-cm", type=positive_float, required=True,
+                           help="memory of each client host in GiB")
+            p.add_argument("--num-processes", "-np", type=positive_int, required=True,
+                           help=f"MPI ranks (CLOSED: {checker()['closed_mpi_processes'][model]})")
+            p.add_argument("--accelerator-type", "-at", choices=accels, required=name != "datasize",
+                           help="simulated accelerator (its memory x ranks must hold the checkpoint)")
+            if name != "datasize":
+                counts = {"choices": [0, 10]} if mode == "closed" else {}
+                p.add_argument("--num-checkpoints-write", "-ncw", type=int, default=10, **counts,
+                               help="checkpoints to write (CLOSED: 10, or 0 for a read-only invocation)")
+                p.add_argument("--num-checkpoints-read", "-ncr", type=int, default=10, **counts,
+                               help="checkpoints to read (CLOSED: 10, or 0 for a write-only invocation)")
+                p.add_argument("--checkpoint-folder", "-cf", help="where checkpoints go (else MLPSTORAGE_CHECKPOINT_FOLDER)")
+                add_storage(p)
+                add_mpi(p)
+            add_params(p, mode)
+            add_open_only(p, mode, "--subset", action="store_true",
+                          help="run the 8-process subset of the model (OPEN/whatif)")
+            add_universal(p)

@@ -1,0 +1,113 @@
+"""Pieces every command parser shares: one-line errors, universal, MPI and --params flags."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from mlpstorage_py.errors import UsageError
+
+MODES = {
+    "closed": "CLOSED division: only the rules' tunables may change",
+    "open": "OPEN division: the rules' open tunables may change too",
+    "whatif": "plan only: print the resolved workload and exact commands, execute nothing",
+}
+# Flags that exist only outside CLOSED; used to explain an argparse rejection in closed.
+OPEN_ONLY_FLAGS: set[str] = set()
+HOST_PATTERN = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,4})?$")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a single-line error that main() turns into exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
+    return value
+
+
+def host_list(text: str) -> list[str]:
+    """--hosts accepts spaces or commas; each entry is a host name or address, optional :slots."""
+    hosts = [h for h in re.split(r"[,\s]+", text.strip()) if h]
+    for host in hosts:
+        if not HOST_PATTERN.match(host):
+            raise argparse.ArgumentTypeError(f"{host!r} is not a valid host name (letters, digits, '.', '-', optional :slots)")
+    return hosts
+
+
+class _HostsAction(argparse.Action):
+    """Flatten `--hosts a,b c` (and repeats) into one list of hosts."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        hosts = list(getattr(namespace, self.dest, None) or [])
+        for value in values:
+            hosts.extend(value)
+        setattr(namespace, self.dest, hosts)
+
+
+def add_universal(parser: argparse.ArgumentParser, *, writes_leaf: bool = True) -> None:
+    group = parser.add_argument_group("results")
+    group.add_argument("--results-dir", "-rd", help="results tree root (else MLPSTORAGE_RESULTS_DIR, else the default `init` recorded)")
+    if writes_leaf:
+        group.add_argument("--systemname", "-sn", help="system under test, a directory name (else MLPSTORAGE_SYSTEMNAME); required to write a leaf")
+    group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logging")
+    group.add_argument("--verbose", action="store_true", help="more detail on the console")
+
+
+def add_open_only(parser: argparse.ArgumentParser, mode: str, *flags: str, **kwargs: Any) -> None:
+    """Register a flag only outside CLOSED, remembering it so a closed use is explained."""
+    OPEN_ONLY_FLAGS.update(flags)
+    if mode != "closed":
+        parser.add_argument(*flags, **kwargs)
+
+
+def add_params(parser: argparse.ArgumentParser, mode: str) -> None:
+    parser.add_argument("--params", "--param", "-p", nargs="+", action="extend", metavar="KEY=VALUE",
+                        help="workload parameter overrides (dotted keys); CLOSED accepts only the rules' tunables")
+    add_open_only(parser, mode, "--allow-invalid-params", "-aip", action="store_true",
+                  help="accept overrides outside the OPEN allowlist; the run is recorded as INVALID")
+    add_open_only(parser, mode, "--loops", type=positive_int, default=1, help="repeat the command N times")
+
+
+def add_mpi(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("MPI")
+    group.add_argument("--hosts", "-s", type=host_list, nargs="+", action=_HostsAction, metavar="HOST[:SLOTS]",
+                       help="client hosts, space- or comma-separated (default 127.0.0.1)")
+    group.add_argument("--mpi-bin", choices=["mpirun", "mpiexec"], default="mpirun", help="MPI launcher (default mpirun)")
+    group.add_argument("--oversubscribe", action="store_true", help="allow more ranks than cores")
+    group.add_argument("--allow-run-as-root", action="store_true", help="let Open MPI run as root (containers)")
+    group.add_argument("--mpi-params", action="append", metavar="'ARGS'",
+                       help="extra launcher arguments, split like a shell would; use --mpi-params='...'")
+
+
+def add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("storage", nargs="?", choices=["file", "object"], default="file",
+                        help="storage API under test: file (POSIX, default) or object (S3)")
+    parser.add_argument("--skip-fs-separation-gate", action="store_true",
+                        help="record the filesystem probe but do not refuse a shared filesystem")
+
+
+def command_parser(subparsers: Any, name: str, help_text: str, benchmark: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(_benchmark=benchmark, command=name)
+    return parser

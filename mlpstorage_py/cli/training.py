@@ -1,0 +1,69 @@
+"""`mlpstorage <mode> training <model> <datasize|datagen|run|configview> [file|object]`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_universal, command_parser,
+                                      positive_float, positive_int)
+from mlpstorage_py.rules.tables import checker, edition
+
+
+def _models(mode: str) -> dict[str, list[str]]:
+    """Models and accelerators a division accepts: the edition's table; whatif adds the
+    older accelerators the rules' Table 3 lists."""
+    models = {m: list(a) for m, a in edition()["closed"]["training"].items()}
+    if mode == "whatif":
+        extra = [a for a in checker()["accelerator_memory_gb"] if a not in {x for v in models.values() for x in v}]
+        for accels in models.values():
+            accels.extend(extra)
+    return models
+
+
+def register(benches: Any, mode: str) -> None:
+    bench = benches.add_parser("training", help="training workloads through DLIO (unet3d, retinanet)",
+                               description="Training workloads: datasize, datagen and run through DLIO under MPI.")
+    models = bench.add_subparsers(dest="model", metavar="<model>", required=True)
+    for model, accels in _models(mode).items():
+        mp = models.add_parser(model, help=f"{model} ({', '.join(accels)})")
+        commands = mp.add_subparsers(dest="command", metavar="<command>", required=True)
+        _datasize(command_parser(commands, "datasize", "compute the dataset size the rules require (Rules 3.1.2)", "training"), mode, accels)
+        _datagen(command_parser(commands, "datagen", "generate the dataset with DLIO", "training"), mode)
+        _run(command_parser(commands, "run", "run the training workload with DLIO", "training"), mode, accels)
+        _run(command_parser(commands, "configview", "show the resolved DLIO configuration without running", "training"), mode, accels)
+
+
+def _common(p: Any, mode: str) -> None:
+    p.add_argument("--data-dir", "-dd", help="dataset directory (else MLPSTORAGE_DATA_DIR); <model>/ is appended")
+    add_params(p, mode)
+    add_universal(p)
+
+
+def _sizing(p: Any, accels: list[str]) -> None:
+    p.add_argument("--accelerator-type", "-at", required=True, choices=accels, help="simulated accelerator")
+    p.add_argument("--client-host-memory-in-gb", "-cm", type=positive_float, required=True,
+                   help="memory of each client host in GiB")
+    p.add_argument("--num-client-hosts", "-nc", type=positive_int, help="number of client hosts (default: the number of --hosts, else 1)")
+
+
+def _datasize(p: Any, mode: str, accels: list[str]) -> None:
+    _sizing(p, accels)
+    p.add_argument("--max-accelerators", "-ma", type=positive_int, required=True,
+                   help="size the dataset for up to this many simulated accelerators")
+    _common(p, mode)
+
+
+def _datagen(p: Any, mode: str) -> None:
+    p.add_argument("--num-processes", "-np", type=positive_int, required=True, help="MPI ranks generating data")
+    add_storage(p)
+    add_mpi(p)
+    _common(p, mode)
+
+
+def _run(p: Any, mode: str, accels: list[str]) -> None:
+    _sizing(p, accels)
+    p.add_argument("--num-accelerators", "-na", type=positive_int, required=True,
+                   help="simulated accelerators (= MPI ranks)")
+    add_storage(p)
+    add_mpi(p)
+    _common(p, mode)

@@ -1,0 +1,45 @@
+"""init, validate, reports, history and version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlpstorage_py.cli.common import add_universal, positive_int
+
+
+def register(top: Any) -> None:
+    p = top.add_parser("init", help="initialise a results directory for an organization",
+                       description="Write the results sentinel for <org> and record <dir> as the default results directory.")
+    p.add_argument("org", help="organization name ([A-Za-z0-9._-]+)")
+    p.add_argument("dir", nargs="?", default="~/mlpstorage-results", help="results directory (default ~/mlpstorage-results)")
+    p.set_defaults(_handler="init")
+
+    p = top.add_parser("validate", help="check a results tree or submission package against the rules",
+                       description="Check a package against the rules; exit 0 when nothing fails, 1 otherwise.")
+    p.add_argument("package", nargs="?", help="package or results directory (default: the resolved results directory)")
+    p.add_argument("--list-rules", action="store_true", help="list every numbered rule and whether validate checks it")
+    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    add_universal(p, writes_leaf=False)
+    p.set_defaults(_handler="validate")
+
+    p = top.add_parser("reports", help="aggregate results: `reports reportgen`")
+    sub = p.add_subparsers(dest="report_command", metavar="<command>", required=True)
+    r = sub.add_parser("reportgen", help="write results tables and each organization's submission.yaml",
+                       description="Aggregate the leaves of a results tree into tables and submission manifests.")
+    add_universal(r, writes_leaf=False)
+    r.set_defaults(_handler="reportgen")
+
+    p = top.add_parser("history", help="show or re-run recorded commands")
+    sub = p.add_subparsers(dest="history_command", metavar="<command>", required=True)
+    s = sub.add_parser("show", help="list recorded commands")
+    s.add_argument("--limit", "-n", type=positive_int, help="only the last N entries")
+    s.add_argument("--id", "-i", type=positive_int, help="only entry ID")
+    add_universal(s, writes_leaf=False)
+    s.set_defaults(_handler="history_show")
+    s = sub.add_parser("rerun", help="run a recorded command again (a new leaf; nothing is overwritten)")
+    s.add_argument("id", type=positive_int, help="entry ID from `history show`")
+    add_universal(s, writes_leaf=False)
+    s.set_defaults(_handler="history_rerun")
+
+    p = top.add_parser("version", help="print the tool version, rules edition and layout version")
+    p.set_defaults(_handler="version")

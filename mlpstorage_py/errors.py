@@ -1,0 +1,55 @@
+"""Exceptions that carry their exit code, so main() maps every failure the same way.
+
+Exit codes (documented in ManPage.md, EXIT STATUS):
+  0 success; 1 validate found violations / general failure; 2 bad arguments;
+  3 file or directory not found; 4 permission denied; 5 configuration error
+  (uninitialised or foreign results directory, missing required setting);
+  6 the benchmark or a child process failed; 7 timeout; 8 interrupted (SIGINT/SIGTERM);
+  9 a run-time gate refused the run (CLOSED/OPEN limits, capacity, filesystem separation).
+"""
+
+from __future__ import annotations
+
+
+class MlpsError(Exception):
+    """Base class: a one-line message for the user and the exit code to return."""
+
+    exit_code = 1
+
+
+class UsageError(MlpsError):
+    exit_code = 2
+
+
+class NotFoundError(MlpsError):
+    exit_code = 3
+
+
+class PermissionDenied(MlpsError):
+    exit_code = 4
+
+
+class ConfigurationError(MlpsError):
+    exit_code = 5
+
+
+class BenchmarkFailed(MlpsError):
+    exit_code = 6
+
+
+class TimeoutExpired(MlpsError):
+    exit_code = 7
+
+
+class Interrupted(MlpsError):
+    exit_code = 8
+
+
+class GateRefused(MlpsError):
+    exit_code = 9
+
+
+class NotAvailable(MlpsError):
+    """A registered command or storage type whose engine is not in this build yet."""
+
+    exit_code = 1

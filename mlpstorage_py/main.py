@@ -1,0 +1,120 @@
+"""Entry point: parse, dispatch, and turn every failure into one line and an exit code."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
+from mlpstorage_py.cli import build_parser
+from mlpstorage_py.cli.common import OPEN_ONLY_FLAGS
+from mlpstorage_py.errors import Interrupted, MlpsError, NotAvailable, UsageError
+from mlpstorage_py.results.logs import log, setup_console
+
+# Benchmark name on the command line -> "module:Class" (imported only when used).
+BENCHMARKS = {
+    "training": "mlpstorage_py.benchmarks.training:TrainingBenchmark",
+}
+# Settings that fall back to an environment variable when the flag is absent.
+ENV_FALLBACKS = {
+    "systemname": "MLPSTORAGE_SYSTEMNAME",
+    "data_dir": "MLPSTORAGE_DATA_DIR",
+    "checkpoint_folder": "MLPSTORAGE_CHECKPOINT_FOLDER",
+}
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Interrupted("terminated by SIGTERM")
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    setup_console(debug=debug, verbose="--verbose" in argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return dispatch(argv, started)
+    except KeyboardInterrupt:
+        print("mlpstorage: interrupted", file=sys.stderr)
+        return Interrupted.exit_code
+    except MlpsError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"mlpstorage: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:  # an unexpected bug still ends in one line and a non-zero code
+        if debug:
+            traceback.print_exc()
+        print(f"mlpstorage: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def parse(argv: list[str]) -> dict[str, Any]:
+    """argv -> a plain dict of settings; explains flags CLOSED deliberately does not have."""
+    if not argv:
+        raise UsageError("a mode or command is required (see mlpstorage --help)")
+    parser = build_parser()
+    namespace, extras = parser.parse_known_args(argv)
+    if extras:
+        flag = next((e.split("=")[0] for e in extras if e.split("=")[0] in OPEN_ONLY_FLAGS), None)
+        if flag and getattr(namespace, "mode", None) == "closed":
+            raise UsageError(f"{flag} is not allowed in the closed division (it exists only in open and whatif)")
+        raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see --help)")
+    args = vars(namespace)
+    for key, env in ENV_FALLBACKS.items():
+        if key in args and not args[key] and os.environ.get(env):
+            args[key] = os.environ[env]
+    return args
+
+
+def dispatch(argv: list[str], started: float) -> int:
+    args = parse(argv)
+    handler = args.get("_handler")
+    if handler:
+        from mlpstorage_py import commands
+        return getattr(commands, handler)(args, argv)
+    return run_benchmark(args, argv, started)
+
+
+def run_benchmark(args: dict[str, Any], argv: list[str], started: float) -> int:
+    from mlpstorage_py.benchmarks import lifecycle
+    from mlpstorage_py.benchmarks.base import Request
+    from mlpstorage_py.results import history
+    from mlpstorage_py.results.sentinel import resolve_results_dir
+
+    name = args["_benchmark"]
+    if args.get("storage") == "object":
+        raise NotAvailable("object storage (s3dlio) is not part of this build yet; use `file`")
+    if name not in BENCHMARKS:
+        raise NotAvailable(f"the {name} benchmark's engine is not part of this build yet")
+    module, _, cls = BENCHMARKS[name].partition(":")
+    benchmark_class = getattr(importlib.import_module(module), cls)
+    args["_started_at"] = started
+    if args["mode"] != "whatif":
+        results_dir, _ = resolve_results_dir(args.get("results_dir"))
+        if (results_dir / "mlperf-results.yaml").is_file():
+            history.record(results_dir, argv)
+    status = 0
+    for _ in range(args.get("loops") or 1):
+        request = Request(mode=args["mode"], benchmark=name, model=args["model"], command=args["command"],
+                          storage=args.get("storage") or "file", args=args)
+        status = lifecycle.run(benchmark_class(request))
+    return status
+
+
+def version_text() -> str:
+    return f"mlpstorage {__version__} (rules edition {RULES_EDITION}, layout version {LAYOUT_VERSION})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

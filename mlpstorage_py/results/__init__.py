@@ -1,0 +1,1 @@
+"""The results tree: sentinel, leaves, metadata, provenance, code images and probes."""

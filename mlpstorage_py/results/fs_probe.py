@@ -1,0 +1,60 @@
+"""Filesystem separation (Rules 3.4.2, 4.4.2): prove data and results live on different filesystems.
+
+The probe creates a uniquely named file in the data directory and tries to hard-link it
+into the results directory. A hard link cannot cross filesystems (EXDEV), so the kernel,
+not a mount-table guess, answers the question.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py.errors import PermissionDenied
+from mlpstorage_py.results.io import utc_now, write_json
+
+FILE_NAME = "fs_separation.json"
+
+
+def probe(data_dir: Path, results_dir: Path) -> dict[str, Any]:
+    """Run the link/EXDEV probe and return the fs_separation.json record."""
+    name = f".mlpstorage-fs-sep-probe-{uuid.uuid4().hex}"
+    source = data_dir / name
+    target = results_dir / name
+    try:
+        fd = os.open(source, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        os.close(fd)
+    except OSError as exc:
+        raise PermissionDenied(f"cannot create the filesystem probe file in {data_dir}: {exc.strerror}") from exc
+    try:
+        os.link(source, target)
+        same = True
+        os.unlink(target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise PermissionDenied(f"filesystem probe link {source} -> {results_dir} failed: {exc.strerror}") from exc
+        same = False
+    finally:
+        os.unlink(source)
+    return {
+        "version": 1,
+        "method": "link_exdev",
+        "data_or_chkpt_path": str(data_dir),
+        "results_path": str(results_dir),
+        "data_or_chkpt_realpath": os.path.realpath(data_dir),
+        "results_realpath": os.path.realpath(results_dir),
+        "same_filesystem": same,
+        "probed_at": utc_now(),
+        "probed_by_rank": 0,
+        "probed_by_host": socket.gethostname(),
+    }
+
+
+def write_probe(leaf: Path, data_dir: Path, results_dir: Path) -> dict[str, Any]:
+    record = probe(data_dir, results_dir)
+    write_json(leaf / FILE_NAME, record)
+    return record

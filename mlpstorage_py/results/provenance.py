@@ -1,0 +1,75 @@
+"""provenance.json (schema mlps-run-provenance/1): which tool, engine and workload made a leaf."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
+from mlpstorage_py.results.code_image import git_sha, pointer_text, source_root
+from mlpstorage_py.results.io import utc_now, write_json
+from mlpstorage_py.rules.core_config import core_config
+
+FILE_NAME = "provenance.json"
+SCHEMA = "mlps-run-provenance/1"
+UNKNOWN = "unknown"
+TAGS = ("runtime", "tool-constant", "package-metadata", "direct-url", "code-hash-json",
+        "uv-lock", "declared", "inferred", "n/a", "unknown")
+# Families whose runs are executed by DLIO; the others record DLIO as not applicable.
+DLIO_FAMILIES = ("training", "checkpointing")
+
+
+def dlio_stamp() -> tuple[dict[str, str], str]:
+    """The installed DLIO distribution: version from package metadata, commit from PEP 610."""
+    try:
+        dist = metadata.distribution("dlio-benchmark")
+    except metadata.PackageNotFoundError:
+        return {"version": UNKNOWN, "source": UNKNOWN, "commit": UNKNOWN}, "unknown"
+    stamp = {"version": dist.version or UNKNOWN, "source": "pypi", "commit": UNKNOWN}
+    direct = dist.read_text("direct_url.json")
+    if not direct:
+        return stamp, "package-metadata"
+    info = json.loads(direct)
+    stamp["source"] = info.get("url", UNKNOWN)
+    stamp["commit"] = (info.get("vcs_info") or {}).get("commit_id", UNKNOWN)
+    return stamp, "direct-url"
+
+
+def build(family: str, parameters: dict[str, Any], code_hash: str,
+          storage_library: dict[str, str] | None = None) -> dict[str, Any]:
+    """The stamp for one leaf; every value is a string or number, never null."""
+    if family in DLIO_FAMILIES:
+        dlio, dlio_tag = dlio_stamp()
+    else:
+        dlio, dlio_tag = {"version": "n/a", "source": "n/a", "commit": "n/a"}, "n/a"
+    storage = storage_library or {"name": "none"}
+    return {
+        "schema": SCHEMA,
+        "rules_edition": RULES_EDITION,
+        "layout_version": LAYOUT_VERSION,
+        "tool": {
+            "name": "mlpstorage",
+            "version": __version__,
+            "git_sha": git_sha(source_root()) or UNKNOWN,
+            "code_image": pointer_text(code_hash),
+        },
+        "dlio": dlio,
+        "storage_library": storage,
+        "core_config": core_config(family, parameters),
+        "stamped_at": utc_now(),
+        "stamped_by": f"mlpstorage {__version__}",
+        "provenance": {
+            "rules_edition": "tool-constant",
+            "layout_version": "tool-constant",
+            "tool": "package-metadata",
+            "dlio": dlio_tag,
+            "storage_library": "runtime" if storage.get("name") != "none" else "n/a",
+            "core_config": "runtime",
+        },
+    }
+
+
+def write(leaf: Path, stamp: dict[str, Any]) -> None:
+    write_json(leaf / FILE_NAME, stamp)

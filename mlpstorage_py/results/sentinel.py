@@ -1,0 +1,106 @@
+"""`mlpstorage init`: the results-root sentinel and the recorded default results directory."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py import LAYOUT_VERSION, __version__
+from mlpstorage_py.errors import ConfigurationError, UsageError
+from mlpstorage_py.results.io import atomic_write_text, utc_now
+
+SENTINEL = "mlperf-results.yaml"
+ORG_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+DEFAULT_RESULTS_DIR = Path("~/mlpstorage-results")
+
+
+def user_config_path() -> Path:
+    """$XDG_CONFIG_HOME/mlpstorage/config.yaml (a relative XDG_CONFIG_HOME is ignored)."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".config"
+    return root / "mlpstorage" / "config.yaml"
+
+
+def read_user_config() -> dict[str, Any]:
+    path = user_config_path()
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def _record_default(results_dir: Path) -> None:
+    config = read_user_config()
+    config["results_dir"] = str(results_dir)
+    path = user_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(config, sort_keys=True))
+
+
+def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
+    path = results_dir / SENTINEL
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    if not isinstance(data, dict) or "orgname" not in data:
+        raise ConfigurationError(f"{path} is not a valid results sentinel (no orgname)")
+    return data
+
+
+def init_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
+    """Create or confirm a results root for an organization; returns (path, created)."""
+    if not ORG_PATTERN.match(orgname):
+        raise UsageError(f"organization name {orgname!r} must match [A-Za-z0-9._-]+")
+    results_dir = results_dir.expanduser().resolve()
+    existing = read_sentinel(results_dir) if results_dir.is_dir() else None
+    if existing is not None:
+        if existing["orgname"] != orgname:
+            raise ConfigurationError(
+                f"{results_dir} is already initialised for organization "
+                f"{existing['orgname']!r}; refusing to re-initialise it for {orgname!r}")
+        _record_default(results_dir)
+        return results_dir, False
+    if results_dir.is_dir() and any(results_dir.iterdir()):
+        raise ConfigurationError(
+            f"{results_dir} is not empty and has no {SENTINEL}; choose an empty or new directory")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    sentinel = {
+        "mlperf_results_version": LAYOUT_VERSION,
+        "orgname": orgname,
+        "initialized_at": utc_now(),
+        "initialized_by": f"mlpstorage {__version__}",
+    }
+    atomic_write_text(results_dir / SENTINEL, yaml.safe_dump(sentinel, sort_keys=False))
+    _record_default(results_dir)
+    return results_dir, True
+
+
+def resolve_results_dir(flag: str | None) -> tuple[Path, str]:
+    """--results-dir, then MLPSTORAGE_RESULTS_DIR, then the default recorded by init."""
+    if flag:
+        return Path(flag).expanduser().resolve(), "--results-dir"
+    env = os.environ.get("MLPSTORAGE_RESULTS_DIR")
+    if env:
+        return Path(env).expanduser().resolve(), "MLPSTORAGE_RESULTS_DIR"
+    recorded = read_user_config().get("results_dir")
+    if recorded:
+        return Path(recorded), str(user_config_path())
+    raise ConfigurationError(
+        "no results directory: pass --results-dir, set MLPSTORAGE_RESULTS_DIR, "
+        "or run `mlpstorage init <org> <dir>` once to record a default")
+
+
+def require_org(results_dir: Path) -> str:
+    """The organization recorded by init; a leaf cannot be placed without it."""
+    if not results_dir.is_dir():
+        raise ConfigurationError(f"results directory {results_dir} does not exist; run `mlpstorage init <org> {results_dir}`")
+    sentinel = read_sentinel(results_dir)
+    if sentinel is None:
+        raise ConfigurationError(
+            f"results directory {results_dir} has not been initialised; run `mlpstorage init <org> {results_dir}` first")
+    return str(sentinel["orgname"])

@@ -1,0 +1,65 @@
+"""Read the YAML tables under rules/ once; every rule number in code comes from here."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py import RULES_EDITION
+
+RULES_DIR = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    with open(RULES_DIR / name, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def editions() -> dict[str, Any]:
+    """The whole editions table (schema mlps-rules-editions/1)."""
+    return _load("editions.yaml")
+
+
+def edition(name: str = RULES_EDITION) -> dict[str, Any]:
+    """One edition's entry; KeyError for an edition the table does not know."""
+    return editions()["editions"][name]
+
+
+def checker(name: str = RULES_EDITION) -> dict[str, Any]:
+    """The checker block of an edition (empty when the edition is not checkable)."""
+    return edition(name).get("checker") or {}
+
+
+def comparability_classes() -> list[dict[str, Any]]:
+    return editions()["comparability_classes"]
+
+
+def core_config_allowlist(family: str) -> tuple[str, dict[str, list[str]]] | None:
+    """(allowlist id, {include, exclude}) for a benchmark family, or None if it has none."""
+    table = _load("core_config_keys.yaml")
+    allowlist_id = table["families"].get(family)
+    if allowlist_id is None:
+        return None
+    return allowlist_id, table["allowlists"][allowlist_id]
+
+
+def param_allowlist(family: str, mode: str) -> set[str]:
+    """Keys a user may override with --params in a division (open includes closed's)."""
+    table = _load("params.yaml")[family]
+    allowed = set(table["closed"])
+    if mode != "closed":
+        allowed |= set(table["open_extra"])
+    return allowed
+
+
+def tool_injected_params(family: str) -> set[str]:
+    return set(_load("params.yaml")[family]["tool_injected"])
+
+
+def workloads() -> dict[str, Any]:
+    """Names accepted per division where no workload file decides it (index types, kv models)."""
+    return _load("workloads.yaml")
