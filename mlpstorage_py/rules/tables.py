@@ -63,3 +63,8 @@ def tool_injected_params(family: str) -> set[str]:
 def workloads() -> dict[str, Any]:
     """Names accepted per division where no workload file decides it (index types, kv models)."""
     return _load("workloads.yaml")
+
+
+def rule_index() -> list[dict[str, str]]:
+    """Every numbered rule of the edition, in the rules' order (rule_index.yaml)."""
+    return _load("rule_index.yaml")["rules"]

@@ -1,0 +1,128 @@
+"""A submission package (or a live results tree) read once, as data the rules inspect."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py.results import code_image
+
+TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
+DIVISIONS = ("closed", "open")
+# Where timestamp leaves sit below results/<system>/, by benchmark directory:
+# the number of path segments between the benchmark directory and the timestamp.
+LEAF_DEPTH = {"training": 2, "checkpointing": 1, "vector_database": 3, "kv_cache": 2}
+
+
+@dataclass
+class Leaf:
+    path: Path
+    division: str
+    org: str
+    system: str
+    benchmark: str
+    parts: tuple[str, ...]
+
+    @property
+    def model(self) -> str:
+        return self.parts[1] if self.benchmark == "vector_database" else self.parts[0]
+
+    @property
+    def command(self) -> str:
+        return "run" if self.benchmark == "checkpointing" else self.parts[-1]
+
+    @property
+    def workload_dir(self) -> Path:
+        return self.path.parent if self.benchmark == "checkpointing" else self.path.parent.parent
+
+    def files(self, pattern: str) -> list[Path]:
+        return sorted(self.path.glob(pattern))
+
+    @functools.cached_property
+    def metadata_files(self) -> list[Path]:
+        return self.files("*_metadata.json")
+
+    @functools.cached_property
+    def metadata(self) -> dict[str, Any] | None:
+        files = self.metadata_files
+        return read_json(files[0]) if files else None
+
+    @functools.cached_property
+    def summary(self) -> dict[str, Any] | None:
+        files = self.files("*summary.json")
+        return read_json(files[0]) if files else None
+
+    @functools.cached_property
+    def provenance(self) -> dict[str, Any] | None:
+        path = self.path / "provenance.json"
+        return read_json(path) if path.is_file() else None
+
+    @functools.cached_property
+    def pointer(self) -> str | None:
+        path = self.path / code_image.POINTER_FILE
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    @property
+    def stamped_edition(self) -> str:
+        return (self.provenance or {}).get("rules_edition", "unknown")
+
+
+def read_json(path: Path) -> Any:
+    """Parsed JSON, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        return {"__unreadable__": f"{path.name}: {exc}"}
+
+
+@dataclass
+class Package:
+    root: Path
+    leaves: list[Leaf] = field(default_factory=list)
+    orgs: list[tuple[str, str, Path]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, root: Path) -> "Package":
+        pkg = cls(root)
+        for division in DIVISIONS:
+            for org_dir in sorted(p for p in (root / division).glob("*") if p.is_dir()):
+                pkg.orgs.append((division, org_dir.name, org_dir))
+                for system_dir in sorted(p for p in (org_dir / "results").glob("*") if p.is_dir()):
+                    for bench, depth in LEAF_DEPTH.items():
+                        pattern = "/".join(["*"] * (depth + 1))
+                        for leaf in sorted((system_dir / bench).glob(pattern)):
+                            if leaf.is_dir() and TIMESTAMP.match(leaf.name):
+                                rel = leaf.relative_to(system_dir / bench).parts[:-1]
+                                pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
+        return pkg
+
+    def image_dirs(self) -> list[Path]:
+        """Every code-<hash8> directory: the tree-level pool and per-organization pools."""
+        pools = [self.root / code_image.POOL_DIR]
+        pools += [p for p in self.root.iterdir() if p.is_dir() and (p / code_image.POOL_MARKER).is_file()
+                  and p.name != code_image.POOL_DIR]
+        return [d for pool in pools if pool.is_dir() for d in sorted(pool.glob("code-*")) if d.is_dir()]
+
+    def resolve_image(self, leaf: Leaf, digest: str) -> Path | None:
+        """A pointer resolves against code-images/ first, then the leaf's organization pool."""
+        for pool in (self.root / code_image.POOL_DIR, self.root / leaf.org):
+            candidate = pool / f"code-{digest[:8]}"
+            if (candidate / code_image.HASH_FILE).is_file():
+                return candidate
+        return None
+
+    def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
+        path = self.root / division / org / "submission.yaml"
+        if not path.is_file():
+            return None
+        try:
+            return path, yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            return path, {"__unreadable__": str(exc)}

@@ -1,0 +1,57 @@
+"""The rule registry: one function per numbered rule, tagged with its number and name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    from mlpstorage_py.checker.package import Package
+
+FAIL, WARN, INFO = "FAIL", "WARN", "INFO"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "severity": self.severity, "path": self.path, "message": self.message}
+
+
+RuleFunc = Callable[["Package"], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    number: str
+    name: str
+    func: RuleFunc
+
+    @property
+    def summary(self) -> str:
+        return (self.func.__doc__ or "").strip().splitlines()[0] if self.func.__doc__ else ""
+
+    def finding(self, severity: str, path: Path | str, message: str) -> Finding:
+        return Finding(self.number, severity, str(path), message)
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(number: str, name: str) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a checker function for Rules `number` (`name` must match the rule index)."""
+    def register(func: RuleFunc) -> RuleFunc:
+        if number in RULES:
+            raise ValueError(f"rule {number} registered twice")
+        RULES[number] = Rule(number, name, func)
+        return func
+    return register
+
+
+def finding(number: str, severity: str, path: Path | str, message: str) -> Finding:
+    return RULES[number].finding(severity, path, message)

@@ -1,0 +1,213 @@
+"""Section 2: package structure, code images, provenance stamps and editions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.registry import FAIL, INFO, WARN, Finding, finding, rule
+from mlpstorage_py.results import code_image
+from mlpstorage_py.rules import tables
+
+
+@rule("2.1.2", "topLevelSubdirectories")
+def top_level(pkg: Package) -> Iterable[Finding]:
+    """Top level holds closed/ and/or open/, code-images/, dot entries and marked org pools only."""
+    allowed = {"closed", "open", code_image.POOL_DIR}
+    for entry in sorted(pkg.root.iterdir()):
+        if entry.name.startswith(".") or entry.name in allowed:
+            continue
+        if entry.is_dir() and (entry / code_image.POOL_MARKER).is_file():
+            continue
+        if entry.name == "mlperf-results.yaml":  # the live results tree's own sentinel
+            continue
+        yield finding("2.1.2", FAIL, entry, f"unexpected top-level entry {entry.name!r}")
+    if not any((pkg.root / d).is_dir() for d in ("closed", "open")):
+        yield finding("2.1.2", FAIL, pkg.root, "neither closed/ nor open/ is present")
+
+
+@rule("2.1.6", "codeDirectoryContents")
+def code_images(pkg: Package) -> Iterable[Finding]:
+    """Every leaf points at a pool image; every image re-hashes to its recorded hash."""
+    for leaf in pkg.leaves:
+        if leaf.pointer is None:
+            yield finding("2.1.6", FAIL, leaf.path, f"no {code_image.POINTER_FILE}")
+            continue
+        digest = code_image.parse_pointer(leaf.pointer)
+        if digest is None:
+            yield finding("2.1.6", FAIL, leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
+        elif pkg.resolve_image(leaf, digest) is None:
+            yield finding("2.1.6", FAIL, leaf.path, f"code image code-{digest[:8]} is not in the pool")
+    for image in pkg.image_dirs():
+        stamp_path = image / code_image.HASH_FILE
+        if not stamp_path.is_file():
+            yield finding("2.1.6", FAIL, image, f"no {code_image.HASH_FILE}")
+            continue
+        recorded = json.loads(stamp_path.read_text(encoding="utf-8")).get("hash", "")
+        if not recorded.startswith(image.name[len("code-"):]):
+            yield finding("2.1.6", FAIL, image, f"recorded hash {recorded} does not begin with the directory's {image.name}")
+        if len(list(image.iterdir())) == 1:
+            yield finding("2.1.6", FAIL, image, "image holds only its .code-hash.json: the source tree was not captured")
+            continue
+        actual = code_image.tree_hash(image)
+        if actual != recorded:
+            yield finding("2.1.6", FAIL, image, f"tree hash {actual} != recorded {recorded}: the image was modified")
+
+
+def reference_digests(edition: str) -> list[str]:
+    """Published reference digests of the sanctioned release (code-images/reference-digests.yaml)."""
+    path = code_image.source_root() / "code-images" / "reference-digests.yaml"
+    if not path.is_file():
+        return []
+    table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return list((table.get("editions") or {}).get(edition) or [])
+
+
+def closed_checksum(pkg: Package, number: str, benchmarks: tuple[str, ...]) -> Iterable[Finding]:
+    """Shared by 3.6.1 and 5.6.1: CLOSED images must be the sanctioned release, where published."""
+    for leaf in pkg.leaves:
+        if leaf.division != "closed" or leaf.benchmark not in benchmarks or leaf.pointer is None:
+            continue
+        edition = leaf.stamped_edition if leaf.stamped_edition != "unknown" else tables.editions()["current_edition"]
+        published = reference_digests(edition)
+        digest = code_image.parse_pointer(leaf.pointer)
+        if published and digest not in published:
+            yield finding(number, FAIL, leaf.path, f"code image {digest} is not a sanctioned {edition} release")
+
+
+@rule("3.6.1", "trainingClosedSubmissionChecksum")
+def training_checksum(pkg: Package) -> Iterable[Finding]:
+    """CLOSED training leaves run the sanctioned release (no finding while none is published)."""
+    yield from closed_checksum(pkg, "3.6.1", ("training",))
+
+
+@rule("5.6.1", "vdbClosedSubmissionChecksum")
+def vdb_checksum(pkg: Package) -> Iterable[Finding]:
+    """CLOSED vector-database leaves run the sanctioned release (no finding while none is published)."""
+    yield from closed_checksum(pkg, "5.6.1", ("vector_database",))
+
+
+@rule("PROV-01", "leafProvenance")
+def leaf_provenance(pkg: Package) -> Iterable[Finding]:
+    """A present provenance.json parses and names the leaf's code image; a declared one exists."""
+    for leaf in pkg.leaves:
+        declared = (leaf.metadata or {}).get("provenance_file")
+        stamp = leaf.provenance
+        if stamp is None:
+            if declared:
+                yield finding("PROV-01", FAIL, leaf.path, f"metadata declares {declared} but it is missing")
+            continue
+        if "__unreadable__" in stamp:
+            yield finding("PROV-01", FAIL, leaf.path, f"provenance does not parse: {stamp['__unreadable__']}")
+            continue
+        pointer = (leaf.pointer or "").strip()
+        if stamp.get("tool", {}).get("code_image") != pointer:
+            yield finding("PROV-01", FAIL, leaf.path, f"provenance names {stamp.get('tool', {}).get('code_image')}, pointer says {pointer}")
+
+
+@rule("PROV-02", "submissionManifest")
+def submission_manifest(pkg: Package) -> Iterable[Finding]:
+    """A present submission.yaml parses, lists exactly the tree's run leaves and their edition."""
+    from mlpstorage_py.report.manifest import leaf_entries
+
+    for division, org, org_dir in pkg.orgs:
+        found = pkg.manifest(division, org)
+        if found is None:
+            continue
+        path, manifest = found
+        if not isinstance(manifest, dict) or "__unreadable__" in manifest:
+            yield finding("PROV-02", FAIL, path, "submission.yaml does not parse")
+            continue
+        listed = {e.get("path") for e in manifest.get("leaves") or []}
+        actual = {e["path"] for e in leaf_entries(pkg, division, org)}
+        for missing in sorted(actual - listed):
+            yield finding("PROV-02", FAIL, path, f"stale manifest: leaf {missing} is not listed")
+        for extra in sorted(listed - actual):
+            yield finding("PROV-02", FAIL, path, f"stale manifest: lists {extra}, which the tree does not hold")
+        declared = str(manifest.get("rules_edition"))
+        for leaf in pkg.leaves:
+            if (leaf.division, leaf.org) == (division, org) and leaf.stamped_edition not in ("unknown", declared):
+                yield finding("PROV-02", FAIL, leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {declared}")
+
+
+@rule("LEAF-01", "runLeafMetadata")
+def run_leaf_metadata(pkg: Package) -> Iterable[Finding]:
+    """kv_cache and vector_database run leaves carry exactly one *_metadata.json."""
+    for leaf in pkg.leaves:
+        if leaf.benchmark in ("kv_cache", "vector_database") and leaf.command == "run":
+            count = len(leaf.metadata_files)
+            if count != 1:
+                yield finding("LEAF-01", FAIL, leaf.path, f"{count} *_metadata.json files (exactly one required)")
+
+
+def _manifest_edition(pkg: Package, division: str, org: str) -> str | None:
+    found = pkg.manifest(division, org)
+    return str(found[1].get("rules_edition")) if found and isinstance(found[1], dict) else None
+
+
+@rule("EDN-01", "rulesEdition")
+def rules_edition(pkg: Package) -> Iterable[Finding]:
+    """Stamps and manifests declare an edition the editions table knows."""
+    known = tables.editions()["editions"]
+    for leaf in pkg.leaves:
+        if leaf.provenance and leaf.stamped_edition not in known and leaf.stamped_edition != "unknown":
+            yield finding("EDN-01", FAIL, leaf.path, f"unknown rules edition {leaf.stamped_edition!r}")
+    for division, org, org_dir in pkg.orgs:
+        edition = _manifest_edition(pkg, division, org)
+        if edition is not None and edition not in known:
+            yield finding("EDN-01", FAIL, org_dir / "submission.yaml", f"unknown rules edition {edition!r}")
+
+
+def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | None, edition: str,
+               digest: str) -> str | None:
+    """The comparability class a stamped run resolves to, or None."""
+    for entry in tables.comparability_classes():
+        if (entry["division"] == leaf_division and entry["family"] == family and entry["model"] == model
+                and entry["accelerator"] in ("any", accelerator) and edition in entry["editions"]
+                and digest in entry["core_configs"]):
+            return entry["id"]
+    return None
+
+
+@rule("EDN-02", "comparabilityClass")
+def comparability_class(pkg: Package) -> Iterable[Finding]:
+    """A stamped run leaf resolves to a class: FAIL under closed, INFO under open."""
+    for leaf in pkg.leaves:
+        stamp = leaf.provenance
+        if leaf.command != "run" or not stamp or "__unreadable__" in stamp:
+            continue
+        digest = stamp.get("core_config", {}).get("hash", "unknown")
+        if digest == "unknown":
+            continue
+        accelerator = (leaf.metadata or {}).get("accelerator")
+        found = leaf_class(leaf.division, leaf.benchmark, leaf.model, accelerator, leaf.stamped_edition, digest)
+        if found is None:
+            severity = FAIL if leaf.division == "closed" else INFO
+            yield finding("EDN-02", severity, leaf.path,
+                          f"core config {digest} of {leaf.benchmark} {leaf.model} ({accelerator}) is in no comparability class")
+
+
+@rule("EDN-03", "dlioRevision")
+def dlio_revision(pkg: Package) -> Iterable[Finding]:
+    """A stamped run leaf's DLIO commit is in its edition's accepted list (else a warning)."""
+    for leaf in pkg.leaves:
+        stamp = leaf.provenance
+        if leaf.command != "run" or not stamp or leaf.benchmark not in ("training", "checkpointing"):
+            continue
+        accepted = tables.edition(leaf.stamped_edition).get("dlio_revisions", []) if leaf.stamped_edition in tables.editions()["editions"] else []
+        commit = stamp.get("dlio", {}).get("commit", "unknown")
+        if commit not in accepted:
+            yield finding("EDN-03", WARN, leaf.path, f"DLIO commit {commit} is not an accepted {leaf.stamped_edition} revision")
+
+
+@rule("EDN-04", "checkableEdition")
+def checkable_edition(pkg: Package) -> Iterable[Finding]:
+    """A manifest's edition must have a checker block."""
+    for division, org, org_dir in pkg.orgs:
+        edition = _manifest_edition(pkg, division, org)
+        if edition in tables.editions()["editions"] and not tables.checker(edition):
+            yield finding("EDN-04", FAIL, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")

@@ -1,0 +1,1 @@
+"""Reports: the submission manifest and the results tables."""

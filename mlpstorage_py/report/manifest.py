@@ -1,0 +1,56 @@
+"""submission.yaml (schema mlps-submission-manifest/1): an inventory of an organization's leaves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
+from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results import code_image
+from mlpstorage_py.results.io import utc_now
+
+SCHEMA = "mlps-submission-manifest/1"
+
+
+def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
+    """One entry per leaf of the organization, keyed by its path relative to the package root."""
+    entries = []
+    for leaf in pkg.leaves:
+        if (leaf.division, leaf.org) != (division, org):
+            continue
+        stamp = leaf.provenance or {}
+        entries.append({
+            "path": leaf.path.relative_to(pkg.root).as_posix(),
+            "benchmark": leaf.benchmark,
+            "model": leaf.model,
+            "command": leaf.command,
+            "accelerator": (leaf.metadata or {}).get("accelerator") or "n/a",
+            "system": leaf.system,
+            "rules_edition": leaf.stamped_edition,
+            "core_config_hash": stamp.get("core_config", {}).get("hash", "unknown"),
+            "code_image": (leaf.pointer or "unknown").strip(),
+            "stamp": (leaf.path / "provenance.json").relative_to(pkg.root).as_posix() if leaf.provenance else "derived",
+        })
+    return entries
+
+
+def build(pkg: Package, division: str, org: str, org_dir: Path) -> dict[str, Any]:
+    leaves = leaf_entries(pkg, division, org)
+    stamps = [leaf.provenance for leaf in pkg.leaves if (leaf.division, leaf.org) == (division, org) and leaf.provenance]
+    systems = sorted(p.name for p in (org_dir / "systems").glob("*")) if (org_dir / "systems").is_dir() else []
+    images = sorted({e["code_image"] for e in leaves if e["code_image"] != "unknown"})
+    return {
+        "schema": SCHEMA,
+        "organization": org,
+        "division": division,
+        "rules_edition": RULES_EDITION,
+        "layout_version": LAYOUT_VERSION,
+        "generated_by": f"mlpstorage {__version__}",
+        "tool_versions": sorted({s.get("tool", {}).get("version", "unknown") for s in stamps}),
+        "dlio_commits": sorted({s.get("dlio", {}).get("commit", "unknown") for s in stamps}),
+        "systems": systems,
+        "leaves": leaves,
+        "code_images": [{"pointer": p, "directory": f"{code_image.POOL_DIR}/code-{p.split(':')[-1][:8]}"} for p in images],
+        "generated_at": utc_now(),
+    }
