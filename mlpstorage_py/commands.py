@@ -33,10 +33,10 @@ def validate(args: dict[str, Any], argv: list[str]) -> int:
         return 0
     if args.get("package"):
         root = Path(args["package"]).expanduser().resolve()
-        if not root.is_dir():
-            raise NotFoundError(f"package directory {root} does not exist")
     else:
         root, _ = resolve_results_dir(args.get("results_dir"))
+    if not root.is_dir():
+        raise NotFoundError(f"package directory {root} does not exist")
     findings = checker.validate(root)
     if args["json"]:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
@@ -57,6 +57,7 @@ def reportgen(args: dict[str, Any], argv: list[str]) -> int:
 
 def history_show(args: dict[str, Any], argv: list[str]) -> int:
     root, _ = resolve_results_dir(args.get("results_dir"))
+    require_org(root)
     entries = history.entries(root)
     if args.get("id"):
         entries = [history.find(root, args["id"])]
@@ -75,5 +76,8 @@ def history_rerun(args: dict[str, Any], argv: list[str]) -> int:
     entry = history.find(root, args["id"])
     if entry["argv"][:1] == ["history"]:
         raise UsageError("a history command cannot be re-run")
-    print(f"re-running {entry['id']}: mlpstorage {shlex.join(entry['argv'])}")
-    return dispatch(list(entry["argv"]), time.time())
+    argv = list(entry["argv"])
+    if not {"--results-dir", "-rd"} & {a.split("=")[0] for a in argv}:
+        argv += ["--results-dir", str(root)]
+    print(f"re-running {entry['id']}: mlpstorage {shlex.join(argv)}")
+    return dispatch(argv, time.time())

@@ -64,11 +64,12 @@ def parse(argv: list[str]) -> dict[str, Any]:
     if not argv:
         raise UsageError("a mode or command is required (see mlpstorage --help)")
     parser = build_parser()
+    if argv[0] == "closed":
+        flag = next((t.split("=")[0] for t in argv if t.split("=")[0] in OPEN_ONLY_FLAGS), None)
+        if flag:
+            raise UsageError(f"{flag} is not allowed in the closed division (it exists only in open and whatif)")
     namespace, extras = parser.parse_known_args(argv)
     if extras:
-        flag = next((e.split("=")[0] for e in extras if e.split("=")[0] in OPEN_ONLY_FLAGS), None)
-        if flag and getattr(namespace, "mode", None) == "closed":
-            raise UsageError(f"{flag} is not allowed in the closed division (it exists only in open and whatif)")
         raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see --help)")
     args = vars(namespace)
     for key, env in ENV_FALLBACKS.items():

@@ -47,6 +47,7 @@ def systemname(bench: Benchmark) -> str:
 def run(bench: Benchmark) -> int:
     req = bench.request
     plan = bench.plan()
+    bench.preflight(plan)
     if req.mode == "whatif":
         print_plan(bench, plan)
         return 0
@@ -54,7 +55,6 @@ def run(bench: Benchmark) -> int:
     results_dir, source = resolve_results_dir(req.arg("results_dir"))
     log.debug(f"results-dir: {results_dir} (from {source})")
     org = require_org(results_dir)
-    bench.preflight(plan)
     fs_record = _fs_gate(bench, plan, results_dir)
     digest, image, created = code_image.capture(results_dir)
     log.debug(f"code image {image} ({'captured' if created else 'reused'})")

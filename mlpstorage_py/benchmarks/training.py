@@ -127,3 +127,4 @@ class TrainingBenchmark(Benchmark):
     def execute(self, plan: Plan, leaf: Path) -> None:
         for line in plan.report:
             print(line)
+            log.debug(line)

@@ -48,5 +48,10 @@ def apply_overrides(parameters: dict[str, Any], overrides: dict[str, str]) -> di
             if not isinstance(child, dict):
                 raise UsageError(f"--params {dotted}: {part} is a value, not a section")
             node = child
-        node[leaf] = yaml.safe_load(text)
+        if isinstance(node.get(leaf), dict):
+            raise UsageError(f"--params {dotted}: {dotted} is a section, not a value")
+        try:
+            node[leaf] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            node[leaf] = text
     return result

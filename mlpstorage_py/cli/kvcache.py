@@ -20,7 +20,8 @@ def register(benches: Any, mode: str) -> None:
         p.add_argument("--num-processes", "-np", type=positive_int, help="total ranks (clients)")
         p.add_argument("--npernode", "--num-processes-per-client", type=positive_int, help="ranks per host")
         add_mpi(p)
-        add_open_only(p, mode, "--model", "-m", choices=table["models"], help="model whose KV cache is simulated")
+        add_open_only(p, mode, "--model", "-m", choices=table["models"], default=table["closed_model"],
+                      help=f"model whose KV cache is simulated (default {table['closed_model']})")
         add_open_only(p, mode, "--num-users", "-nu", type=positive_int, help="simulated users per rank")
         add_open_only(p, mode, "--duration", "-d", type=positive_int, help="seconds per trial")
         add_open_only(p, mode, "--seed", type=int, help="base seed (rank adds its number)")

@@ -34,7 +34,7 @@ def register(benches: Any, mode: str) -> None:
 
 
 def _common(p: Any, mode: str) -> None:
-    p.add_argument("--data-dir", "-dd", help="dataset directory (else MLPSTORAGE_DATA_DIR); <model>/ is appended")
+    p.add_argument("--data-dir", "-dd", help="dataset directory on the storage under test (else MLPSTORAGE_DATA_DIR)")
     add_params(p, mode)
     add_universal(p)
 
@@ -43,7 +43,7 @@ def _sizing(p: Any, accels: list[str]) -> None:
     p.add_argument("--accelerator-type", "-at", required=True, choices=accels, help="simulated accelerator")
     p.add_argument("--client-host-memory-in-gb", "-cm", type=positive_float, required=True,
                    help="memory of each client host in GiB")
-    p.add_argument("--num-client-hosts", "-nc", type=positive_int, help="number of client hosts (default: the number of --hosts, else 1)")
+    p.add_argument("--num-client-hosts", "-nc", type=positive_int, help="number of client hosts (default: the number of --hosts where the command has it, else 1)")
 
 
 def _datasize(p: Any, mode: str, accels: list[str]) -> None:

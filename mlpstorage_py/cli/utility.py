@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from mlpstorage_py.cli.common import add_universal, positive_int
@@ -12,6 +13,7 @@ def register(top: Any) -> None:
                        description="Write the results sentinel for <org> and record <dir> as the default results directory.")
     p.add_argument("org", help="organization name ([A-Za-z0-9._-]+)")
     p.add_argument("dir", nargs="?", default="~/mlpstorage-results", help="results directory (default ~/mlpstorage-results)")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     p.set_defaults(_handler="init")
 
     p = top.add_parser("validate", help="check a results tree or submission package against the rules",
@@ -24,8 +26,8 @@ def register(top: Any) -> None:
 
     p = top.add_parser("reports", help="aggregate results: `reports reportgen`")
     sub = p.add_subparsers(dest="report_command", metavar="<command>", required=True)
-    r = sub.add_parser("reportgen", help="write results tables and each organization's submission.yaml",
-                       description="Aggregate the leaves of a results tree into tables and submission manifests.")
+    r = sub.add_parser("reportgen", help="write each organization's submission.yaml",
+                       description="Inventory the leaves of a results tree into each organization's submission.yaml.")
     add_universal(r, writes_leaf=False)
     r.set_defaults(_handler="reportgen")
 
@@ -42,4 +44,5 @@ def register(top: Any) -> None:
     s.set_defaults(_handler="history_rerun")
 
     p = top.add_parser("version", help="print the tool version, rules edition and layout version")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     p.set_defaults(_handler="version")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mlpstorage_py import __version__
-from mlpstorage_py.errors import MlpsError
+from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.io import utc_now
 
 ALGORITHM = "md5-tree-v2"
@@ -31,8 +31,8 @@ EXCLUDED_FILES = frozenset({HASH_FILE, ".DS_Store", "Thumbs.db"})
 EXCLUDED_FILE_GLOBS = ("*.pyc", "*.pyo")
 
 
-class CodeImageError(MlpsError):
-    exit_code = 2
+class CodeImageError(ConfigurationError):
+    """The pool holds an image that contradicts its own name or hash."""
 
 
 def _dir_excluded(name: str) -> bool:
