@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -80,4 +81,9 @@ def history_rerun(args: dict[str, Any], argv: list[str]) -> int:
     if not {"--results-dir", "-rd"} & {a.split("=")[0] for a in argv}:
         argv += ["--results-dir", str(root)]
     print(f"re-running {entry['id']}: mlpstorage {shlex.join(argv)}")
-    return dispatch(argv, time.time())
+    previous = os.getcwd()
+    os.chdir(entry.get("cwd") or previous)  # relative paths in argv mean what they meant then
+    try:
+        return dispatch(argv, time.time())
+    finally:
+        os.chdir(previous)

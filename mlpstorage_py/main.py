@@ -64,7 +64,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     if not argv:
         raise UsageError("a mode or command is required (see mlpstorage --help)")
     parser = build_parser()
-    if argv[0] == "closed":
+    if next((t for t in argv if not t.startswith("-")), None) == "closed":
         flag = next((t.split("=")[0] for t in argv if t.split("=")[0] in OPEN_ONLY_FLAGS), None)
         if flag:
             raise UsageError(f"{flag} is not allowed in the closed division (it exists only in open and whatif)")

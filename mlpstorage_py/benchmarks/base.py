@@ -60,10 +60,16 @@ class Benchmark(abc.ABC):
     def plan(self) -> Plan:
         """Resolve the workload and the exact commands; no side effects."""
 
+    def overrides(self) -> tuple[dict[str, str], str]:
+        """The user's --params, gated (Rules 3.6.2/3.6.3/4.6.3) before anything uses them;
+        returns them with the verification state they give the run."""
+        params = parse_params(self.request.arg("params"))
+        verification = check_overrides(self.family, self.request.mode, params,
+                                       allow_invalid=bool(self.request.arg("allow_invalid_params", False)))
+        return params, verification
+
     def preflight(self, plan: Plan) -> None:
-        """Run-time gates that must pass before a leaf is created."""
-        check_overrides(self.family, self.request.mode, plan,
-                        allow_invalid=bool(self.request.arg("allow_invalid_params", False)))
+        """Run-time gates that must pass before a leaf is created (none by default)."""
 
     @abc.abstractmethod
     def execute(self, plan: Plan, leaf: Path) -> None:
@@ -74,24 +80,24 @@ class Benchmark(abc.ABC):
         return {}
 
 
-def check_overrides(family: str, mode: str, plan: Plan, allow_invalid: bool) -> None:
-    """Rules 3.6.2/3.6.3/4.6.3: only tunables may be overridden; name the nearest legal key."""
+def check_overrides(family: str, mode: str, keys: dict[str, str], allow_invalid: bool) -> str:
+    """Only tunables may be overridden; returns CLOSED, OPEN or INVALID for the run, or
+    refuses naming the nearest legal key."""
     import difflib
 
     allowed = param_allowlist(family, mode) | tool_injected_params(family)
-    for key in plan.override_parameters:
-        if key in allowed:
-            continue
-        if mode != "closed" and allow_invalid:
-            plan.verification = "INVALID"
-            continue
-        hint = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.85)
-        suffix = f"; did you mean {hint[0]}?" if hint else ""
-        raise GateRefused(f"parameter {key} may not be overridden in the {mode} division{suffix}")
-    if plan.override_parameters and mode == "open" and plan.verification == "CLOSED":
-        closed_ok = param_allowlist(family, "closed") | tool_injected_params(family)
-        if any(k not in closed_ok for k in plan.override_parameters):
-            plan.verification = "OPEN"
+    closed_ok = param_allowlist(family, "closed") | tool_injected_params(family)
+    verification = "CLOSED"
+    for key in keys:
+        if key not in allowed:
+            if mode == "closed" or not allow_invalid:
+                hint = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.85)
+                suffix = f"; did you mean {hint[0]}?" if hint else ""
+                raise GateRefused(f"parameter {key} may not be overridden in the {mode} division{suffix}")
+            verification = "INVALID"
+        elif key not in closed_ok and verification == "CLOSED":
+            verification = "OPEN"
+    return verification
 
 
 def parse_params(items: list[str] | None) -> dict[str, str]:

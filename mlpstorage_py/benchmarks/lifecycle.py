@@ -59,11 +59,14 @@ def run(bench: Benchmark) -> int:
     digest, image, created = code_image.capture(results_dir)
     log.debug(f"code image {image} ({'captured' if created else 'reused'})")
     leaf, stamp = create_leaf(workload_dir(results_dir, req.mode, org, system, bench.leaf_tail()), datetime.now())
-    handlers = attach_leaf(leaf)
-    log.info(f"leaf: {leaf}")
-    metadata = _metadata(bench, plan, leaf, stamp)
+    handlers: list = []
+    metadata: dict[str, Any] = {"benchmark_type": bench.benchmark_type, "model": req.model,
+                                "command": req.command, "run_datetime": stamp}
     status, failure = 6, "did not finish"
     try:
+        handlers = attach_leaf(leaf)
+        log.info(f"leaf: {leaf}")
+        metadata.update(_metadata(bench, plan, leaf, stamp))
         if fs_record is not None:
             write_json(leaf / fs_probe.FILE_NAME, fs_record)
         bench.execute(plan, leaf)
@@ -119,7 +122,7 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
         "parameters": plan.parameters,
         "override_parameters": plan.override_parameters,
         "engine_parameters": plan.engine_parameters,
-        "verification": "CLOSED" if req.mode == "closed" else plan.verification,
+        "verification": plan.verification,
         "executed_command": "; ".join(shlex.join(argv) for argv in plan.commands),
         "executed_argv": plan.commands,
         "system_info": host_info(),

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py.benchmarks import workloads
-from mlpstorage_py.benchmarks.base import Benchmark, Plan, parse_params
+from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import NotAvailable, UsageError
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.results.logs import log
@@ -70,15 +70,15 @@ class TrainingBenchmark(Benchmark):
             return self._plan_datasize()
         raise NotAvailable(f"training {self.request.command} needs the DLIO engine, which is not part of this build yet")
 
-    def _workload(self) -> tuple[dict[str, Any], dict[str, str]]:
+    def _workload(self) -> tuple[dict[str, Any], dict[str, str], str]:
         req = self.request
         base = workloads.load("training", req.model, req.arg("accelerator_type"))
-        overrides = parse_params(req.arg("params"))
-        return workloads.apply_overrides(base, overrides), overrides
+        overrides, verification = self.overrides()
+        return workloads.apply_overrides(base, overrides), overrides, verification
 
     def _plan_datasize(self) -> Plan:
         req = self.request
-        parameters, overrides = self._workload()
+        parameters, overrides, verification = self._workload()
         dataset, reader = parameters["dataset"], parameters["reader"]
         rules = checker()
         hosts = int(req.arg("num_client_hosts") or len(req.arg("hosts", [])) or 1)
@@ -99,7 +99,8 @@ class TrainingBenchmark(Benchmark):
                        total_disk_bytes=size.total_disk_bytes)
         data_dir = req.arg("data_dir")
         plan = Plan(parameters=parameters, num_processes=accelerators, accelerator=req.arg("accelerator_type"),
-                    override_parameters=overrides, data_dir=Path(data_dir) if data_dir else None)
+                    override_parameters=overrides, verification=verification,
+                    data_dir=Path(data_dir) if data_dir else None)
         plan.report = self._datasize_report(size, parameters, hosts, memory_gb, accelerators, rules)
         return plan
 

@@ -53,5 +53,5 @@ def apply_overrides(parameters: dict[str, Any], overrides: dict[str, str]) -> di
         try:
             node[leaf] = yaml.safe_load(text)
         except yaml.YAMLError:
-            node[leaf] = text
+            raise UsageError(f"--params {dotted}: {text!r} is not a valid value (quote it or fix its brackets)") from None
     return result

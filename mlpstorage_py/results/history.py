@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ def record(results_dir: Path, argv: list[str]) -> int:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
         next_id = sum(1 for line in fh if line.strip()) + 1
-        fh.write(json.dumps({"id": next_id, "at": utc_now(), "argv": argv}) + "\n")
+        fh.write(json.dumps({"id": next_id, "at": utc_now(), "cwd": os.getcwd(), "argv": argv}) + "\n")
         fh.flush()
     return next_id
 

@@ -1,0 +1,112 @@
+"""Shared fixtures: every test runs isolated from the user's config, environment and home."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+MLPSTORAGE = VENV_BIN / "mlpstorage"
+REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+LEAF_NAME = re.compile(r"^\d{8}_\d{6}$")
+ENV_VARS = ("MLPSTORAGE_RESULTS_DIR", "MLPSTORAGE_SYSTEMNAME", "MLPSTORAGE_DATA_DIR",
+            "MLPSTORAGE_CHECKPOINT_FOLDER")
+
+# The smallest valid CLOSED training command that writes a leaf (Rules 3.1.2 datasize).
+DATASIZE = ["closed", "training", "unet3d", "datasize", "-at", "b200", "-ma", "8", "-cm", "16", "-nc", "1"]
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Fresh XDG config, HOME and cwd; no MLPSTORAGE_* variables; no cached tree hash."""
+    from mlpstorage_py.results import code_image
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    # The tool hashes its own source once per process; other edits to the checkout during a
+    # long pytest session would make that cached value stale.
+    code_image.own_tree_hash.cache_clear()
+    yield
+    code_image.own_tree_hash.cache_clear()
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def cli(capsys):
+    """Call mlpstorage in-process; returns Result(rc, stdout, stderr) of that call only."""
+    def call(*argv: str) -> Result:
+        from mlpstorage_py.main import main
+
+        capsys.readouterr()
+        rc = main([str(a) for a in argv])
+        captured = capsys.readouterr()
+        return Result(rc, captured.out, captured.err)
+    return call
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    """An initialised results directory for organization Org (also the recorded default).
+
+    Made with the library call rather than the CLI to keep the suite fast; test_init.py
+    covers `mlpstorage init` itself."""
+    from mlpstorage_py.results.sentinel import init_results_dir
+
+    root = tmp_path / "R"
+    path, created = init_results_dir("Org", root)
+    assert created and path == root.resolve()
+    return root
+
+
+def workload_leaves(results_dir: Path, mode: str = "closed", org: str = "Org", system: str = "sys1",
+                    tail: str = "training/unet3d/datasize") -> list[Path]:
+    parent = results_dir / mode / org / "results" / system / tail
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.iterdir() if p.is_dir())
+
+
+def all_leaves(results_dir: Path) -> list[Path]:
+    """Every timestamp directory anywhere under <results>/<mode>/."""
+    found = []
+    for mode in ("closed", "open", "whatif"):
+        base = results_dir / mode
+        if base.is_dir():
+            found.extend(p for p in base.rglob("*") if p.is_dir() and LEAF_NAME.match(p.name))
+    return sorted(found)
+
+
+def leaf_metadata(leaf: Path) -> dict:
+    files = list(leaf.glob("training_*_metadata.json"))
+    assert len(files) == 1, f"expected one metadata file in {leaf}, found {[f.name for f in files]}"
+    return json.loads(files[0].read_text(encoding="utf-8"))
+
+
+def subprocess_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg")
+    env["HOME"] = str(tmp_path / "home")
+    env.pop("PYTHONPATH", None)
+    return env
