@@ -31,7 +31,7 @@ demo: $(STAMP)
 	mkdir -p $(DEMO)
 	XDG_CONFIG_HOME=$(abspath $(DEMO))/config $(VENV)/bin/mlpstorage init DemoOrg $(DEMO)/results
 	XDG_CONFIG_HOME=$(abspath $(DEMO))/config $(VENV)/bin/mlpstorage closed training unet3d datasize \
-		--accelerator-type b200 --max-accelerators 8 --client-host-memory-in-gb 16 --num-client-hosts 1 \
+		--accelerator-type b200 --max-accelerators 8 --client-host-memory-in-gb 32 --num-client-hosts 1 \
 		--systemname demo-system
 	XDG_CONFIG_HOME=$(abspath $(DEMO))/config $(VENV)/bin/mlpstorage reports reportgen
 	XDG_CONFIG_HOME=$(abspath $(DEMO))/config $(VENV)/bin/mlpstorage validate
