@@ -84,32 +84,19 @@ def assert_complete_failed_leaf(results, status: int, failure_part: str) -> dict
     return meta
 
 
-def test_runtime_error_in_execute(cli, results, monkeypatch):
-    def boom(self, plan, leaf):
-        raise RuntimeError("disk on fire")
-    monkeypatch.setattr(TrainingBenchmark, "execute", boom)
+@pytest.mark.parametrize("exc, status, failure", [
+    (RuntimeError("disk on fire"), 1, "RuntimeError: disk on fire"),
+    (KeyboardInterrupt(), 8, "interrupted"),
+    (Interrupted("terminated by SIGTERM"), 8, "SIGTERM"),
+])
+def test_failure_in_execute_still_completes_the_leaf(cli, results, monkeypatch, exc, status, failure):
+    def fail(self, plan, leaf):
+        raise exc
+    monkeypatch.setattr(TrainingBenchmark, "execute", fail)
     res = cli(*DATASIZE, "-sn", "sys1", "-rd", results)
-    assert res.rc == 1
-    assert "RuntimeError" in res.err and "Traceback" not in res.err
-    assert_complete_failed_leaf(results, 1, "RuntimeError: disk on fire")
-
-
-def test_keyboard_interrupt_in_execute(cli, results, monkeypatch):
-    def interrupt(self, plan, leaf):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(TrainingBenchmark, "execute", interrupt)
-    res = cli(*DATASIZE, "-sn", "sys1", "-rd", results)
-    assert res.rc == 8
-    assert_complete_failed_leaf(results, 8, "interrupted")
-
-
-def test_sigterm_exception_in_execute(cli, results, monkeypatch):
-    def terminated(self, plan, leaf):
-        raise Interrupted("terminated by SIGTERM")
-    monkeypatch.setattr(TrainingBenchmark, "execute", terminated)
-    res = cli(*DATASIZE, "-sn", "sys1", "-rd", results)
-    assert res.rc == 8
-    assert_complete_failed_leaf(results, 8, "SIGTERM")
+    assert res.rc == status
+    assert "Traceback" not in res.err
+    assert_complete_failed_leaf(results, status, failure)
 
 
 def test_interrupt_between_leaf_creation_and_execute_still_completes_the_leaf(cli, results, monkeypatch):
