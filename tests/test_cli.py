@@ -253,7 +253,7 @@ def test_whatif_prints_the_plan_and_writes_nothing(cli, tmp_path):
     before = tree_snapshot(tmp_path)
     res = cli("whatif", "training", "unet3d", "datasize", "-at", "h100", "-ma", "8", "-cm", "16")
     assert res.rc == 0, res.err
-    assert res.out.startswith("whatif:")
+    assert res.out.startswith("whatif training unet3d datasize (file): plan only")
     assert "nothing is executed" in res.out
     assert "28,000" in res.out and "h100" in res.out
     assert tree_snapshot(tmp_path) == before

@@ -181,7 +181,7 @@ def test_capture_refuses_an_image_recording_another_hash(tree, tmp_path):
 def test_source_root_is_the_checkout_with_configs():
     root = code_image.source_root()
     assert (root / "pyproject.toml").is_file()
-    assert (root / "configs" / "training" / "unet3d_b200.yaml") .is_file()
+    assert (root / "configs" / "dlio" / "workload" / "unet3d_b200.yaml") .is_file()
     files = tree_files(root)
     assert "mlpstorage_py/main.py" in files
     assert not any(f.startswith(("tests/", ".venv/")) or "/__pycache__/" in f for f in files)

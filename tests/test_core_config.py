@@ -140,17 +140,20 @@ def test_published_metadata_parameters_with_string_spellings():
     assert core_config("training", parameters)["hash"] == "0d3ad0dec188becd"
 
 
-@pytest.mark.parametrize("name, model, accelerator, expected", [
-    ("unet3d_b200", "unet3d", "b200", "0d3ad0dec188becd"),
-    ("retinanet_b200", "retinanet", "b200", "20c73f53486caba0"),
-    ("unet3d_a100", "unet3d", "a100", "691cea309c4f2f52"),
-    ("unet3d_h100", "unet3d", "h100", "0f3dd7a4bf6433a3"),
+@pytest.mark.parametrize("name, family, model, accelerator, expected", [
+    ("unet3d_b200", "training", "unet3d", "b200", "0d3ad0dec188becd"),
+    ("retinanet_b200", "training", "retinanet", "b200", "20c73f53486caba0"),
+    ("unet3d_a100", "training", "unet3d", "a100", "691cea309c4f2f52"),
+    ("unet3d_h100", "training", "unet3d", "h100", "0f3dd7a4bf6433a3"),
+    ("llama3_8b", "checkpointing", "llama3-8b", "any", "68df04b7240e3fb0"),
+    ("llama3_70b", "checkpointing", "llama3-70b", "any", "3c53fe70d64f91d4"),
+    ("llama3_405b", "checkpointing", "llama3-405b", "any", "7adcfa87a5c4c8e6"),
+    ("llama3_1t", "checkpointing", "llama3-1t", "any", "45fd627ad9dc5f4c"),
 ])
-def test_own_configs_reproduce_class_hashes(name, model, accelerator, expected):
-    with open(REPO / "configs" / "training" / f"{name}.yaml", encoding="utf-8") as fh:
+def test_own_configs_reproduce_class_hashes(name, family, model, accelerator, expected):
+    with open(REPO / "configs" / "dlio" / "workload" / f"{name}.yaml", encoding="utf-8") as fh:
         parameters = yaml.safe_load(fh)
-    assert core_config("training", parameters)["hash"] == expected
+    assert core_config(family, parameters)["hash"] == expected
     classes = [c for c in comparability_classes()
-               if c["family"] == "training" and c["model"] == model and c["accelerator"] == accelerator]
-    assert len(classes) == 1
-    assert expected in classes[0]["core_configs"]
+               if c["family"] == family and c["model"] == model and c["accelerator"] == accelerator]
+    assert any(expected in c["core_configs"] for c in classes)

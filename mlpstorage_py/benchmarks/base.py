@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from mlpstorage_py.errors import GateRefused, UsageError
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
@@ -40,6 +43,8 @@ class Plan:
     data_dir: Path | None = None
     verification: str = "CLOSED"
     report: list[str] = field(default_factory=list)
+    cluster: dict[str, Any] | None = None
+    page_cache: dict[str, Any] = field(default_factory=dict)
 
 
 class Benchmark(abc.ABC):
@@ -51,6 +56,21 @@ class Benchmark(abc.ABC):
 
     def __init__(self, request: Request) -> None:
         self.request = request
+        # Set by the lifecycle once the results tree is resolved (None under whatif).
+        self.results_dir: Path | None = None
+        self.workload_dir: Path | None = None
+
+    @contextlib.contextmanager
+    def scratch(self) -> Iterator[Path]:
+        """A working directory on the (shared) results filesystem for engine configs and the
+        files engines drop in their current directory; removed afterwards."""
+        root = (self.results_dir or Path(tempfile.gettempdir())) / ".mlps" / "scratch"
+        root.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"{self.benchmark_type}-", dir=root))
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
 
     @abc.abstractmethod
     def leaf_tail(self) -> Path:

@@ -30,7 +30,7 @@ def _iso(epoch: float) -> str:
 def print_plan(bench: Benchmark, plan: Plan) -> None:
     """whatif: show what would run, execute nothing."""
     req = bench.request
-    print(f"whatif: {req.benchmark} {req.model} {req.command} ({req.storage}) - nothing is executed")
+    print(f"{req.mode} {req.benchmark} {req.model} {req.command} ({req.storage}): plan only, nothing is executed")
     for line in plan.report:
         print(line)
     for argv in plan.commands:
@@ -46,19 +46,23 @@ def systemname(bench: Benchmark) -> str:
 
 def run(bench: Benchmark) -> int:
     req = bench.request
+    plan_only = req.mode == "whatif" or req.command == "configview"
+    if not plan_only:
+        system = systemname(bench)
+        results_dir, source = resolve_results_dir(req.arg("results_dir"))
+        log.debug(f"results-dir: {results_dir} (from {source})")
+        org = require_org(results_dir)
+        bench.results_dir = results_dir
+        bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
     plan = bench.plan()
     bench.preflight(plan)
-    if req.mode == "whatif":
+    if plan_only:
         print_plan(bench, plan)
         return 0
-    system = systemname(bench)
-    results_dir, source = resolve_results_dir(req.arg("results_dir"))
-    log.debug(f"results-dir: {results_dir} (from {source})")
-    org = require_org(results_dir)
     fs_record = _fs_gate(bench, plan, results_dir)
     digest, image, created = code_image.capture(results_dir)
     log.debug(f"code image {image} ({'captured' if created else 'reused'})")
-    leaf, stamp = create_leaf(workload_dir(results_dir, req.mode, org, system, bench.leaf_tail()), datetime.now())
+    leaf, stamp = create_leaf(bench.workload_dir, datetime.now())
     handlers: list = []
     metadata: dict[str, Any] = {"benchmark_type": bench.benchmark_type, "model": req.model,
                                 "command": req.command, "run_datetime": stamp}
@@ -123,8 +127,6 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
         "override_parameters": plan.override_parameters,
         "engine_parameters": plan.engine_parameters,
         "verification": plan.verification,
-        "executed_command": "; ".join(shlex.join(argv) for argv in plan.commands),
-        "executed_argv": plan.commands,
         "system_info": host_info(),
         "invocation_start_time": _iso(req.arg("_started_at", time.time())),
         "provenance_file": provenance.FILE_NAME,
@@ -138,6 +140,8 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
     provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest))
     end = time.time()
     metadata.update(
+        executed_command="; ".join(shlex.join(argv) for argv in plan.commands),
+        executed_argv=plan.commands,
         invocation_end_time=_iso(end),
         runtime=end - bench.request.arg("_started_at", end),
         exit_status=status,

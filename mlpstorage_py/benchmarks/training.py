@@ -1,22 +1,32 @@
-"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen and run through DLIO."""
+"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen, run and configview through DLIO."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py import __version__
+from mlpstorage_py.benchmarks import dlio, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import NotAvailable, UsageError
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.launch import hostinfo
+from mlpstorage_py.launch.mpi import MpiOptions
+from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.host import meminfo_bytes
+from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
 
 GIB = 1024 ** 3
+MANIFEST = ".mlps-datagen-manifest.json"
+LEAF_MANIFEST = "datagen-manifest.json"
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,20 @@ def _tool_defaults() -> dict[str, Any]:
         return yaml.safe_load(fh)["training"]
 
 
+def sizing(parameters: dict[str, Any], accelerators: int, hosts: int, memory_gb: float) -> Datasize:
+    """Rules 3.1.2 for a resolved workload, with the edition's numbers."""
+    rules = checker()
+    return compute_datasize(
+        batch_size=int(parameters["reader"]["batch_size"]),
+        samples_per_file=int(parameters["dataset"]["num_samples_per_file"]),
+        record_length=int(parameters["dataset"]["record_length_bytes"]),
+        accelerators=accelerators, hosts=hosts, memory_gb=memory_gb,
+        steps_per_epoch=int(rules["training_steps_per_epoch"]),
+        memory_multiplier=int(rules["training_host_memory_multiplier"]),
+        max_files_per_subfolder=int(_tool_defaults()["max_files_per_subfolder"]),
+    )
+
+
 class TrainingBenchmark(Benchmark):
     benchmark_type = "training"
     family = "training"
@@ -65,50 +89,48 @@ class TrainingBenchmark(Benchmark):
     def leaf_tail(self) -> Path:
         return Path("training") / self.request.model / self.request.command
 
+    # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:
         if self.request.command == "datasize":
             return self._plan_datasize()
-        raise NotAvailable(f"training {self.request.command} needs the DLIO engine, which is not part of this build yet")
+        if self.request.command == "datagen":
+            return self._plan_dlio(workloads.datagen(self.request.model), self.request.arg("num_processes"))
+        return self._plan_dlio(workloads.training(self.request.model, self.request.arg("accelerator_type")),
+                               self.request.arg("num_accelerators"))
 
-    def _workload(self) -> tuple[dict[str, Any], dict[str, str], str]:
-        req = self.request
-        base = workloads.load("training", req.model, req.arg("accelerator_type"))
-        overrides, verification = self.overrides()
-        return workloads.apply_overrides(base, overrides), overrides, verification
+    def _data_folder(self) -> Path:
+        data_dir = self.request.arg("data_dir")
+        if not data_dir:
+            raise ConfigurationError("--data-dir (or MLPSTORAGE_DATA_DIR) is required: where the dataset lives")
+        return Path(data_dir).expanduser().resolve() / self.request.model
 
     def _plan_datasize(self) -> Plan:
         req = self.request
-        parameters, overrides, verification = self._workload()
-        dataset, reader = parameters["dataset"], parameters["reader"]
-        rules = checker()
+        overrides, verification = self.overrides()
+        parameters = workloads.apply_overrides(workloads.training(req.model, req.arg("accelerator_type")), overrides)
         hosts = int(req.arg("num_client_hosts") or len(req.arg("hosts", [])) or 1)
         memory_gb = float(req.arg("client_host_memory_in_gb"))
         accelerators = int(req.arg("max_accelerators"))
-        if hosts < 1 or accelerators < 1 or memory_gb <= 0:
-            raise UsageError("--num-client-hosts and --max-accelerators must be >= 1 and --client-host-memory-in-gb > 0")
-        size = compute_datasize(
-            batch_size=int(reader["batch_size"]),
-            samples_per_file=int(dataset["num_samples_per_file"]),
-            record_length=int(dataset["record_length_bytes"]),
-            accelerators=accelerators, hosts=hosts, memory_gb=memory_gb,
-            steps_per_epoch=int(rules["training_steps_per_epoch"]),
-            memory_multiplier=int(rules["training_host_memory_multiplier"]),
-            max_files_per_subfolder=int(_tool_defaults()["max_files_per_subfolder"]),
-        )
-        dataset.update(num_files_train=size.num_files_train, num_subfolders_train=size.num_subfolders_train,
-                       total_disk_bytes=size.total_disk_bytes)
+        size = sizing(parameters, accelerators, hosts, memory_gb)
+        parameters["dataset"].update(num_files_train=size.num_files_train, num_subfolders_train=size.num_subfolders_train,
+                                     total_disk_bytes=size.total_disk_bytes)
         data_dir = req.arg("data_dir")
         plan = Plan(parameters=parameters, num_processes=accelerators, accelerator=req.arg("accelerator_type"),
                     override_parameters=overrides, verification=verification,
                     data_dir=Path(data_dir) if data_dir else None)
-        plan.report = self._datasize_report(size, parameters, hosts, memory_gb, accelerators, rules)
+        plan.report = self._datasize_report(size, parameters, hosts, memory_gb, accelerators)
+        local = meminfo_bytes()
+        if local and local / GIB > memory_gb * 1.02:
+            log.warning(f"this host has {local / GIB:.1f} GiB of memory, more than the declared {memory_gb:g} GiB; "
+                        "if it is a client, validate recomputes the size from the measured memory and this dataset will be too small")
         return plan
 
     def _datasize_report(self, size: Datasize, parameters: dict[str, Any], hosts: int, memory_gb: float,
-                         accelerators: int, rules: dict[str, Any]) -> list[str]:
+                         accelerators: int) -> list[str]:
         ds, batch = parameters["dataset"], parameters["reader"]["batch_size"]
+        rules = checker()
         steps, mult = rules["training_steps_per_epoch"], rules["training_host_memory_multiplier"]
-        lines = [
+        return [
             f"Dataset size for {self.request.model} on up to {accelerators} simulated {self.request.arg('accelerator_type')} "
             f"across {hosts} client host(s) with {memory_gb:g} GiB each (Rules 3.1.2):",
             f"  steps constraint : {steps} steps x batch {batch} x {accelerators} accelerators = {size.min_samples_steps:,} samples",
@@ -119,13 +141,172 @@ class TrainingBenchmark(Benchmark):
             f"  num_subfolders_train = {size.num_subfolders_train}",
             f"  total_disk_bytes     = {size.total_disk_bytes:,} ({size.total_disk_bytes / GIB:,.2f} GiB)",
         ]
-        local = meminfo_bytes()
-        if local and local / GIB > memory_gb * 1.02:
-            log.warning(f"this host has {local / GIB:.1f} GiB of memory, more than the declared {memory_gb:g} GiB; "
-                        "if it is a client, validate recomputes the size from the measured memory and this dataset will be too small")
-        return lines
 
+    def _plan_dlio(self, base: dict[str, Any], processes: int) -> Plan:
+        req = self.request
+        overrides, verification = self.overrides()
+        folder = self._data_folder()
+        overrides.setdefault("dataset.data_folder", str(folder))
+        parameters = workloads.apply_overrides(base, overrides)
+        if req.command == "datagen":
+            self._size_datagen(parameters, overrides)
+        table = dlio.engine_table()
+        engine, dropped = dlio.translate(parameters, table)
+        for key in dropped:
+            log.warning(f"DLIO {table['version']} does not read {key}; it is recorded but not passed to DLIO")
+        name = f"{req.model}_{req.command}"
+        plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.arg("accelerator_type"),
+                    override_parameters=overrides, verification=verification, data_dir=folder.parent,
+                    engine_parameters={"engine": f"dlio_benchmark {table['version']}", "workload": engine,
+                                       "not_passed": dropped})
+        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name)]
+        plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {folder}",
+                       "resolved DLIO workload:", *("  " + line for line in yaml.safe_dump(engine, sort_keys=False).splitlines())]
+        return plan
+
+    def _size_datagen(self, parameters: dict[str, Any], overrides: dict[str, str]) -> None:
+        """Generate what datasize asked for unless the user says otherwise (Rules 3.2.1)."""
+        if "dataset.num_files_train" in overrides or self.workload_dir is None:
+            return
+        sized = sorted((self.workload_dir.parent / "datasize").glob("*/training_*_metadata.json"))
+        for path in reversed(sized):
+            meta = read_json(path)
+            if meta.get("exit_status") == 0:
+                dataset = meta["parameters"]["dataset"]
+                parameters["dataset"]["num_files_train"] = dataset["num_files_train"]
+                parameters["dataset"]["num_subfolders_train"] = dataset["num_subfolders_train"]
+                log.info(f"dataset size from datasize leaf {path.parent.name}: {dataset['num_files_train']:,} files")
+                return
+        log.warning("no datasize leaf for this workload; generating the configuration's default "
+                    f"{parameters['dataset']['num_files_train']:,} files (run datasize first for a valid submission)")
+
+    # -- gates --------------------------------------------------------------------------
+    def preflight(self, plan: Plan) -> None:
+        req = self.request
+        if req.command == "datasize" or self.results_dir is None:
+            return
+        folder = Path(plan.parameters["dataset"]["data_folder"])
+        if not folder.parent.is_dir():
+            raise ConfigurationError(f"data directory {folder.parent} does not exist")
+        if folder.resolve() == self.results_dir.resolve() or self.results_dir.resolve() in folder.resolve().parents:
+            raise GateRefused(f"the dataset ({folder}) must not be inside the results directory (Rules 3.4.1)")
+        if req.command == "datagen":
+            self._gate_datagen(plan, folder)
+        elif req.command == "run":
+            self._gate_run(plan, folder)
+
+    def _gate_datagen(self, plan: Plan, folder: Path) -> None:
+        if folder.exists() and any(folder.iterdir()):
+            if not self.request.arg("overwrite"):
+                raise GateRefused(f"{folder} is not empty; datagen never overwrites a dataset (use --overwrite to replace it)")
+        ds = plan.parameters["dataset"]
+        need = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
+        probe = folder if folder.exists() else folder.parent
+        free = os.statvfs(probe).f_bavail * os.statvfs(probe).f_frsize
+        if need > free:
+            raise GateRefused(f"datagen needs {need / GIB:,.2f} GiB but {probe} has {free / GIB:,.2f} GiB free")
+
+    def _gate_run(self, plan: Plan, folder: Path) -> None:
+        """Rules 3.3.1 and 3.1.2 against the generated dataset and the measured clients."""
+        manifest_path = folder / MANIFEST
+        if not manifest_path.is_file():
+            raise ConfigurationError(f"no generated dataset at {folder} (no {MANIFEST}); run datagen first")
+        manifest = read_json(manifest_path)
+        ds = plan.parameters["dataset"]
+        if "dataset.num_files_train" not in plan.override_parameters:
+            ds["num_files_train"] = manifest["num_files_train"]
+        ds["num_subfolders_train"] = manifest.get("num_subfolders_train", 0)
+        if int(ds["num_files_train"]) > int(manifest["num_files_train"]):
+            raise GateRefused(f"the run asks for {ds['num_files_train']} files but datagen made {manifest['num_files_train']} (Rules 3.3.1)")
+        if int(ds["record_length_bytes"]) != int(manifest["record_length_bytes"]):
+            raise GateRefused(f"the dataset was generated with records of {manifest['record_length_bytes']} B, "
+                              f"the workload reads {ds['record_length_bytes']} B")
+        hosts = hostinfo.gather(MpiOptions.from_args(self.request.args), self.results_dir)
+        declared = float(self.request.arg("client_host_memory_in_gb"))
+        measured = max(h["memory_total_bytes"] or 0 for h in hosts) / GIB
+        if abs(measured - declared) > 0.05 * declared:
+            log.warning(f"declared client memory {declared:g} GiB differs from the measured {measured:.1f} GiB; sizing uses the larger")
+        size = sizing(plan.parameters, plan.num_processes, len(hosts), max(declared, measured))
+        plan.cluster = {"hosts": hosts, "declared_memory_gb": declared, "measured_memory_gb": measured}
+        if int(ds["num_files_train"]) < size.num_files_train:
+            message = (f"{ds['num_files_train']} training files is below the Rules 3.1.2 minimum of {size.num_files_train} "
+                       f"for {plan.num_processes} accelerators on {len(hosts)} host(s) with {max(declared, measured):.1f} GiB")
+            if self.request.mode == "closed":
+                raise GateRefused(message)
+            log.warning(message + "; the result cannot be CLOSED")
+        dataset_bytes = int(manifest["num_files_train"]) * int(manifest["num_samples_per_file"]) * int(manifest["record_length_bytes"])
+        client_bytes = sum(h["memory_total_bytes"] or 0 for h in hosts)
+        plan.page_cache = {"dataset_bytes": dataset_bytes, "client_memory_bytes": client_bytes,
+                           "dataset_fits_in_client_memory": dataset_bytes <= client_bytes}
+        plan.engine_parameters["workload"]["dataset"].update(num_files_train=ds["num_files_train"],
+                                                             num_subfolders_train=ds["num_subfolders_train"])
+
+    # -- execute and collect ------------------------------------------------------------
     def execute(self, plan: Plan, leaf: Path) -> None:
-        for line in plan.report:
-            print(line)
-            log.debug(line)
+        if self.request.command == "datasize":
+            for line in plan.report:
+                print(line)
+                log.debug(line)
+            return
+        folder = Path(plan.parameters["dataset"]["data_folder"])
+        if self.request.command == "datagen":
+            if folder.exists() and self.request.arg("overwrite"):
+                log.warning(f"--overwrite: removing the existing dataset at {folder}")
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            plan.page_cache["before_run"] = dlio.drop_page_cache()
+            shutil.copyfile(folder / MANIFEST, leaf / LEAF_MANIFEST)
+        with self.scratch() as scratch:
+            name = f"{self.request.model}_{self.request.command}"
+            dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
+            plan.commands = [dlio.fill(argv, leaf, scratch) for argv in plan.commands]
+            label = f"training_{self.request.command}"
+            code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
+                              stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
+                              echo=bool(self.request.arg("verbose")))
+            require_success(code, "DLIO", leaf / f"{label}.stderr.log")
+
+    def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
+        command = self.request.command
+        if command == "datasize":
+            return {}
+        summary = dlio.read_outputs(leaf, expect_training=command == "run")
+        folder = Path(plan.parameters["dataset"]["data_folder"])
+        extra: dict[str, Any] = {"engine": plan.engine_parameters["engine"]}
+        if command == "datagen":
+            extra["datagen_manifest"] = self._write_manifest(plan, leaf, folder)
+            return extra
+        metric = summary["metric"]
+        record = int(plan.parameters["dataset"]["record_length_bytes"])
+        expected = metric["train_throughput_mean_samples_per_second"] * record / 2 ** 20
+        if not math.isclose(expected, metric["train_io_mean_MB_per_second"], rel_tol=1e-6):
+            log.warning(f"DLIO's train_io_mean_MB_per_second {metric['train_io_mean_MB_per_second']:.3f} != "
+                        f"samples/s x record length / 2^20 = {expected:.3f}")
+        print(f"{self.request.model} run: AU {metric['train_au_mean_percentage']:.2f}% "
+              f"({metric['train_au_meet_expectation']}), {metric['train_throughput_mean_samples_per_second']:.1f} samples/s, "
+              f"{metric['train_io_mean_MB_per_second']:.1f} MiB/s")
+        extra.update(datagen_manifest_file=LEAF_MANIFEST, page_cache=plan.page_cache,
+                     cluster_information=plan.cluster)
+        return extra
+
+    def _write_manifest(self, plan: Plan, leaf: Path, folder: Path) -> dict[str, Any]:
+        """Count what DLIO generated and record it next to the data (Rules 3.2.1, 3.3.1)."""
+        ds = plan.parameters["dataset"]
+        generated = sum(1 for p in (folder / "train").rglob("*") if p.is_file())
+        if generated < int(ds["num_files_train"]):
+            raise BenchmarkFailed(f"DLIO generated {generated} training files in {folder / 'train'}, "
+                                  f"{ds['num_files_train']} were asked for")
+        manifest = {
+            "schema_version": 1,
+            "model": self.request.model,
+            "num_files_train": int(ds["num_files_train"]),
+            "num_subfolders_train": int(ds.get("num_subfolders_train") or 0),
+            "num_samples_per_file": int(ds["num_samples_per_file"]),
+            "record_length_bytes": int(ds["record_length_bytes"]),
+            "created_at": utc_now(),
+            "mlpstorage_version": __version__,
+            "source_datagen_result_dir": str(leaf.relative_to(self.results_dir)) if self.results_dir else str(leaf),
+        }
+        write_json(folder / MANIFEST, manifest)
+        return manifest

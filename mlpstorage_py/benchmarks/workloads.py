@@ -19,22 +19,25 @@ def configs_dir() -> Path:
     return path
 
 
-def available(family: str) -> dict[str, list[str]]:
-    """{model: [accelerators with a workload file]} for a family directory under configs/."""
-    found: dict[str, list[str]] = {}
-    for path in sorted((configs_dir() / family).glob("*_*.yaml")):
-        model, _, accel = path.stem.rpartition("_")
-        found.setdefault(model, []).append(accel)
-    return found
-
-
-def load(family: str, model: str, accelerator: str) -> dict[str, Any]:
-    path = configs_dir() / family / f"{model}_{accelerator}.yaml"
+def load(name: str, what: str) -> dict[str, Any]:
+    """configs/dlio/workload/<name>.yaml; `what` names it in the error when it is missing."""
+    path = configs_dir() / "dlio" / "workload" / f"{name}.yaml"
     if not path.is_file():
-        supported = ", ".join(available(family).get(model, [])) or "none"
-        raise UsageError(f"{family} workload {model} has no configuration for accelerator {accelerator} (supported: {supported})")
+        raise UsageError(f"no workload configuration for {what} ({path.name} is not in {path.parent})")
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
+
+
+def training(model: str, accelerator: str) -> dict[str, Any]:
+    return load(f"{model}_{accelerator}", f"training {model} on {accelerator}")
+
+
+def datagen(model: str) -> dict[str, Any]:
+    return load(f"{model}_datagen", f"generating the {model} dataset")
+
+
+def checkpointing(model: str) -> dict[str, Any]:
+    return load(model.replace("-", "_", 1), f"checkpointing {model}")
 
 
 def apply_overrides(parameters: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:

@@ -55,6 +55,7 @@ def _datasize(p: Any, mode: str, accels: list[str]) -> None:
 
 def _datagen(p: Any, mode: str) -> None:
     p.add_argument("--num-processes", "-np", type=positive_int, required=True, help="MPI ranks generating data")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in <data-dir>/<model>")
     add_storage(p)
     add_mpi(p)
     _common(p, mode)

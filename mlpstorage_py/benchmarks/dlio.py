@@ -1,0 +1,119 @@
+"""DLIO as an engine: translate the edition spelling for the installed DLIO, build its command,
+and check what it wrote. DLIO silently ignores keys it does not know, so nothing is passed
+that the installed version does not read, and anything dropped is recorded and reported."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, NotFoundError
+from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.rules.core_config import flatten
+
+HYDRA_SUBDIR = "dlio_config"
+LEAF, SCRATCH = "{leaf}", "{scratch}"  # placeholders filled in when the leaf exists
+
+
+def engine_table() -> dict[str, Any]:
+    """The translation table for the installed DLIO version."""
+    try:
+        version = metadata.version("dlio-benchmark")
+    except metadata.PackageNotFoundError:
+        raise NotAvailable("DLIO (dlio-benchmark) is not installed; run `make install`") from None
+    path = workloads.configs_dir() / "dlio" / "engines" / f"dlio-{version}.yaml"
+    if not path.is_file():
+        raise NotAvailable(f"no translation table for DLIO {version} ({path}); this build knows how to drive DLIO 2.0.0")
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def translate(parameters: dict[str, Any], table: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Edition-spelled workload -> what the installed DLIO reads; returns (engine config, dropped keys)."""
+    engine: dict[str, Any] = {}
+    dropped: list[str] = []
+    for section in table["whole_sections"]:
+        if section in parameters:
+            engine[section] = copy.deepcopy(parameters[section])
+    for key, value in flatten({k: v for k, v in parameters.items() if k not in table["whole_sections"]}).items():
+        key = table["rename"].get(key, key)
+        section, _, name = key.partition(".")
+        known = table["known"].get(section, [])
+        if (name and name in known) or (not name and section in known):
+            if name:
+                engine.setdefault(section, {})[name] = value
+            else:
+                engine[section] = value
+        else:
+            dropped.append(key)
+    return engine, dropped
+
+
+def dlio_binary() -> str:
+    beside = Path(sys.executable).parent / "dlio_benchmark"
+    found = str(beside) if beside.is_file() else shutil.which("dlio_benchmark")
+    if not found:
+        raise NotFoundError("dlio_benchmark not found; run `make install`")
+    return found
+
+
+def command(opts: MpiOptions, processes: int, workload_name: str) -> list[str]:
+    """The mpirun + dlio_benchmark argv, with {leaf}/{scratch} placeholders."""
+    program = [dlio_binary(), "--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
+               f"++hydra.run.dir={LEAF}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
+               f"++workload.output.folder={LEAF}"]
+    return mpi_command(opts, processes, program)
+
+
+def fill(argv: list[str], leaf: Path, scratch: Path) -> list[str]:
+    return [a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
+
+
+def write_workload(scratch: Path, name: str, engine_config: dict[str, Any]) -> None:
+    target = scratch / "config" / "workload"
+    target.mkdir(parents=True, exist_ok=True)
+    (target / f"{name}.yaml").write_text(yaml.safe_dump(engine_config, sort_keys=False), encoding="utf-8")
+
+
+def read_outputs(leaf: Path, expect_training: bool) -> dict[str, Any]:
+    """DLIO can exit 0 having done nothing: insist on the files and metrics a run must leave."""
+    if not (leaf / "dlio.log").is_file():
+        raise BenchmarkFailed(f"DLIO wrote no dlio.log into {leaf}")
+    config_dir = leaf / HYDRA_SUBDIR
+    missing = [n for n in ("config.yaml", "hydra.yaml", "overrides.yaml") if not (config_dir / n).is_file()]
+    if missing:
+        raise BenchmarkFailed(f"DLIO left no {HYDRA_SUBDIR}/{', '.join(missing)} in {leaf}")
+    if not expect_training:
+        return {}
+    summary_path = leaf / "summary.json"
+    if not summary_path.is_file() or not list(leaf.glob("*per_epoch_stats.json")) or not list(leaf.glob("*output.json")):
+        raise BenchmarkFailed(f"DLIO exited 0 but left no summary.json / per_epoch_stats.json / *_output.json in {leaf}")
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        metric = summary["metric"]
+        needed = ("train_au_mean_percentage", "train_throughput_mean_samples_per_second", "train_io_mean_MB_per_second")
+        missing = [k for k in needed if k not in metric]
+    except (ValueError, KeyError) as exc:
+        raise BenchmarkFailed(f"DLIO's summary.json does not parse as a training summary: {exc}") from exc
+    if missing or not metric.get("train_au_percentage"):
+        raise BenchmarkFailed(f"DLIO's summary.json lacks {', '.join(missing) or 'per-epoch AU'}: the run did no training")
+    return summary
+
+
+def drop_page_cache() -> str:
+    """Drop the client's page cache when permitted, so reads come from storage."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w", encoding="ascii") as fh:
+            fh.write("3\n")
+        return "dropped"
+    except OSError:
+        return "not permitted"

@@ -1,0 +1,1 @@
+"""Launching child programs: MPI command lines, host layout, and supervised child processes."""
