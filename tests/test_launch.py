@@ -1,0 +1,57 @@
+"""The MPI launcher builds argv lists: host layout, flags, and environment by name only."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlpstorage_py.errors import UsageError
+from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command
+
+
+def test_ranks_spread_round_robin_with_remainder_first():
+    assert host_slots(["a", "b", "c"], 8) == [("a", 3), ("b", 3), ("c", 2)]
+    assert host_slots(["a", "b"], 1) == [("a", 1)]
+
+
+def test_explicit_slots_must_match_the_process_count():
+    assert host_slots(["a:4", "b:2"], 6) == [("a", 4), ("b", 2)]
+    with pytest.raises(UsageError, match="add up to 6"):
+        host_slots(["a:4", "b:2"], 8)
+    with pytest.raises(UsageError, match="every host"):
+        host_slots(["a:4", "b"], 6)
+    with pytest.raises(UsageError, match="twice"):
+        host_slots(["a", "a"], 2)
+
+
+def test_command_is_an_argv_list_with_env_names_not_values(monkeypatch):
+    opts = MpiOptions(hosts=["h1", "h2"], oversubscribe=True, allow_run_as_root=True,
+                      extra=["--map-by", "node"])
+    env = {"AWS_SECRET_ACCESS_KEY": "s3cr3t-value", "DLIO_DROP_CACHES_TIMEOUT": "30", "HOME": "/root"}
+    argv = mpi_command(opts, 4, ["prog", "arg with space"], env=env)
+    assert argv[1:5] == ["-n", "4", "--host", "h1:2,h2:2"]
+    assert "--oversubscribe" in argv and "--allow-run-as-root" in argv
+    assert argv[argv.index("--bind-to") + 1] == "none"
+    pairs = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
+    assert pairs == ["AWS_SECRET_ACCESS_KEY", "DLIO_DROP_CACHES_TIMEOUT"]
+    assert not any("s3cr3t" in a for a in argv)
+    assert argv[-2:] == ["prog", "arg with space"]
+    assert argv[-4:-2] == ["--map-by", "node"]
+
+
+def test_user_binding_is_honoured():
+    argv = mpi_command(MpiOptions(hosts=["h"], extra=["--bind-to", "core"]), 1, ["p"], env={})
+    assert argv.count("--bind-to") == 1 and argv[argv.index("--bind-to") + 1] == "core"
+
+
+def test_mpi_params_are_split_like_a_shell():
+    opts = MpiOptions.from_args({"mpi_params": ["--mca btl tcp,self", "--map-by 'ppr:1:node'"], "hosts": None})
+    assert opts.extra == ["--mca", "btl", "tcp,self", "--map-by", "ppr:1:node"]
+    assert opts.hosts == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize("bad", ["h;rm -rf /", "-oops", "a:b", "x_y"])
+def test_cli_rejects_bad_host_names(cli, results, bad):
+    res = cli("open", "training", "unet3d", "datagen", "-np", "1", "-dd", str(results.parent), "-sn", "s",
+              "--hosts", bad)
+    assert res.rc == 2
+    assert "valid host" in res.err or "expected" in res.err
