@@ -20,6 +20,7 @@ from mlpstorage_py.results.logs import log, setup_console
 # Benchmark name on the command line -> "module:Class" (imported only when used).
 BENCHMARKS = {
     "training": "mlpstorage_py.benchmarks.training:TrainingBenchmark",
+    "checkpointing": "mlpstorage_py.benchmarks.checkpointing:CheckpointingBenchmark",
 }
 # Settings that fall back to an environment variable when the flag is absent.
 ENV_FALLBACKS = {

@@ -46,7 +46,9 @@ def systemname(bench: Benchmark) -> str:
 
 def run(bench: Benchmark) -> int:
     req = bench.request
-    plan_only = req.mode == "whatif" or req.command == "configview"
+    # configview, and checkpointing datasize (which has no phase directory), only print.
+    plan_only = req.mode == "whatif" or req.command == "configview" or \
+        (req.benchmark == "checkpointing" and req.command == "datasize")
     if not plan_only:
         system = systemname(bench)
         results_dir, source = resolve_results_dir(req.arg("results_dir"))

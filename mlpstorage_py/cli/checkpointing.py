@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_universal,
-                                      command_parser, positive_float, positive_int)
+from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_universal, command_parser,
+                                      positive_float, positive_int)
 from mlpstorage_py.rules.tables import checker, edition
 
 
@@ -40,6 +40,6 @@ def register(benches: Any, mode: str) -> None:
                 add_storage(p)
                 add_mpi(p)
             add_params(p, mode)
-            add_open_only(p, mode, "--subset", action="store_true",
-                          help="run the 8-process subset of the model (OPEN/whatif)")
+            p.add_argument("--subset", dest="checkpoint_subset", action="store_true",
+                           help="declare an 8-process subset run (CLOSED: llama3-8b only, Rules 4.3.5)")
             add_universal(p)

@@ -1,0 +1,171 @@
+"""Checkpointing (llama3 8b/70b/405b/1t): our MPI checkpoint engine writes then reads
+checkpoints shard by shard, because DLIO 2.0.0 has no checkpoint-only workflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.checkpoint.shards import build_layout
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.launch.process import require_success, run_logged
+from mlpstorage_py.results.logs import log
+from mlpstorage_py.rules.tables import checker
+
+ENGINE = "mlpstorage checkpoint engine"
+LEAF, SCRATCH = "{leaf}", "{scratch}"
+# Model-shape keys OPEN/whatif may scale down for tests and demos (Rules 4.6.3 forbids them in CLOSED).
+SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
+              "model.num_kv_heads", "model.vocab_size")
+
+
+class CheckpointingBenchmark(Benchmark):
+    benchmark_type = "checkpointing"
+    family = "checkpointing"
+
+    def leaf_tail(self) -> Path:
+        return Path("checkpointing") / self.request.model
+
+    def plan(self) -> Plan:
+        req = self.request
+        overrides, verification = self.overrides()
+        parameters = workloads.apply_overrides(workloads.checkpointing(req.model), _shape_paths(overrides))
+        processes = int(req.arg("num_processes"))
+        ckpt = parameters["checkpoint"]
+        writes, reads = int(req.arg("num_checkpoints_write", 10)), int(req.arg("num_checkpoints_read", 10))
+        if writes < 0 or reads < 0 or writes + reads == 0:
+            raise UsageError("--num-checkpoints-write and --num-checkpoints-read must be >= 0 and not both 0")
+        ckpt.update(num_checkpoints_write=writes, num_checkpoints_read=reads)
+        folder = req.arg("checkpoint_folder")
+        if req.command == "run" and not folder:
+            raise ConfigurationError("--checkpoint-folder (or MLPSTORAGE_CHECKPOINT_FOLDER) is required: where checkpoints go")
+        if folder:
+            ckpt["checkpoint_folder"] = str(Path(folder).expanduser().resolve() / req.model)
+        try:
+            layout = build_layout(parameters, processes)
+        except ValueError as exc:
+            raise UsageError(f"{req.model} cannot be laid out on {processes} processes: {exc}") from None
+        plan = Plan(parameters=parameters, num_processes=processes, accelerator=req.arg("accelerator_type"),
+                    override_parameters=overrides, verification=verification,
+                    data_dir=Path(ckpt["checkpoint_folder"]).parent if folder else None)
+        plan.engine_parameters = {"engine": ENGINE, "checkpoint_bytes": layout.total_bytes,
+                                  "checkpoint_size_GB": layout.total_gib,
+                                  "bytes_per_rank": [layout.rank_bytes(r) for r in range(processes)]}
+        program = [sys.executable, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
+                   "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
+                   "--num-write", str(writes), "--num-read", str(reads)]
+        if req.command != "datasize":
+            plan.commands = [mpi_command(MpiOptions.from_args(req.args), processes, program)]
+        largest = max(plan.engine_parameters["bytes_per_rank"])
+        plan.report = [
+            f"{req.model}: checkpoint {layout.total_gib:,.2f} GiB (model {layout.model_bytes / 2**30:,.2f} GiB + optimizer "
+            f"{layout.optimizer_bytes / 2**30:,.2f} GiB), TP {layout.tensor} x PP {layout.pipeline} x DP {layout.data}, "
+            f"ZeRO {layout.zero_stage}, on {processes} processes",
+            f"  largest per-rank share {largest / 2**30:,.2f} GiB; {writes} write(s), {reads} read(s)",
+        ]
+        return plan
+
+    def preflight(self, plan: Plan) -> None:
+        """Rules 4.6.1, 4.3.5, 4.3.4, 4.6.4 and 4.4.1 before any byte is written."""
+        req, rules = self.request, checker()
+        model, processes = req.model, plan.num_processes
+        size = plan.engine_parameters["checkpoint_size_GB"]
+        closed = req.mode == "closed"
+        subset = bool(req.arg("checkpoint_subset"))
+        if closed:
+            if subset and (model != "llama3-8b" or processes != 8):
+                raise GateRefused("a CLOSED subset run must be llama3-8b on exactly 8 processes (Rules 4.3.5)")
+            required = rules["closed_mpi_processes"][model]
+            if processes != required:
+                raise GateRefused(f"CLOSED {model} needs exactly {required} processes, not {processes} (Rules 4.6.1)")
+            if (plan.parameters["checkpoint"]["num_checkpoints_write"], plan.parameters["checkpoint"]["num_checkpoints_read"]) \
+                    not in ((10, 10), (10, 0), (0, 10)):
+                raise GateRefused("CLOSED runs write and read 10 checkpoints, together or as a write then a read invocation (Rules 4.7.1)")
+        else:
+            par = plan.parameters["model"].get("parallelism") or {}
+            unit = int(par.get("tensor", 1)) * int(par.get("pipeline", 1))
+            if processes % unit and not subset and req.mode == "open":
+                log.warning(f"OPEN scaling is in multiples of TP x PP = {unit} (Rules 4.6.4); {processes} is not one")
+        accelerator = plan.accelerator
+        if accelerator:
+            memory = rules["accelerator_memory_gb"][accelerator] * processes
+            if memory < size:
+                message = (f"{processes} x {accelerator} ({rules['accelerator_memory_gb'][accelerator]} GiB each) = {memory:,} GiB "
+                           f"cannot hold the {size:,.1f} GiB checkpoint (Rules 4.3.4)")
+                if closed:
+                    raise GateRefused(message)
+                log.warning(message)
+        if req.command == "run" and self.results_dir is not None:
+            folder = Path(plan.parameters["checkpoint"]["checkpoint_folder"])
+            if not folder.parent.is_dir():
+                raise ConfigurationError(f"checkpoint folder {folder.parent} does not exist")
+            results = self.results_dir.resolve()
+            if folder == results or results in folder.parents or folder in results.parents:
+                raise GateRefused(f"the checkpoint folder {folder} and the results directory must be apart (Rules 4.4.1)")
+            need = plan.engine_parameters["checkpoint_bytes"] * plan.parameters["checkpoint"]["num_checkpoints_write"]
+            stat = os.statvfs(folder if folder.exists() else folder.parent)
+            free = stat.f_bavail * stat.f_frsize
+            if need > free:
+                raise GateRefused(f"writing {plan.parameters['checkpoint']['num_checkpoints_write']} checkpoints needs "
+                                  f"{need / 2**30:,.1f} GiB but {folder.parent} has {free / 2**30:,.1f} GiB free")
+
+    def execute(self, plan: Plan, leaf: Path) -> None:
+        Path(plan.parameters["checkpoint"]["checkpoint_folder"]).mkdir(parents=True, exist_ok=True)
+        with self.scratch() as scratch:
+            (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
+            plan.commands = [[a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
+                             for argv in plan.commands]
+            code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
+                              stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
+                              label="checkpoint engine", echo=bool(self.request.arg("verbose")))
+            require_success(code, "checkpoint engine", leaf / "checkpointing_run.stderr.log")
+        _write_config_record(leaf, plan, self.request.args)
+
+    def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
+        """The engine must leave every rank's stats and a summary with the phases it ran."""
+        summary_path = leaf / "summary.json"
+        if not summary_path.is_file() or not (leaf / "dlio.log").is_file():
+            raise BenchmarkFailed(f"the checkpoint engine exited 0 but left no summary.json/dlio.log in {leaf}")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        metric = summary.get("metric", {})
+        ckpt = plan.parameters["checkpoint"]
+        for phase, count in (("save", ckpt["num_checkpoints_write"]), ("load", ckpt["num_checkpoints_read"])):
+            if count and f"{phase}_checkpoint_io_mean_GB_per_second" not in metric:
+                raise BenchmarkFailed(f"summary.json has no {phase}_checkpoint_io_mean_GB_per_second although {count} were asked for")
+        missing = [r for r in range(plan.num_processes) if not (leaf / f"{r}_per_epoch_stats.json").is_file()]
+        if missing:
+            raise BenchmarkFailed(f"ranks {missing} wrote no per_epoch_stats.json")
+        if abs(metric.get("checkpoint_size_GB", 0) - plan.engine_parameters["checkpoint_size_GB"]) > 1e-9:
+            raise BenchmarkFailed("the engine's checkpoint_size_GB differs from the planned layout")
+        parts = [f"{phase} {metric[f'{phase}_checkpoint_io_mean_GB_per_second']:.3f} GiB/s"
+                 for phase in ("save", "load") if f"{phase}_checkpoint_io_mean_GB_per_second" in metric]
+        print(f"{self.request.model}: checkpoint {metric['checkpoint_size_GB']:.3f} GiB, " + ", ".join(parts))
+        return {"engine": ENGINE}
+
+
+def _shape_paths(overrides: dict[str, str]) -> dict[str, str]:
+    """model.hidden_size etc. live under model.transformer in the workload file."""
+    return {(f"model.transformer.{k.split('.', 1)[1]}" if k in SHAPE_KEYS and k != "model.num_layers" else k): v
+            for k, v in overrides.items()}
+
+
+def _write_config_record(leaf: Path, plan: Plan, args: dict[str, Any]) -> None:
+    """Rules 2.1.26 want dlio_config/{config,hydra,overrides}.yaml in every checkpointing leaf;
+    our engine is not DLIO/Hydra, so they record what it actually ran with."""
+    folder = leaf / "dlio_config"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump({"workload": plan.parameters}, sort_keys=False), encoding="utf-8")
+    (folder / "overrides.yaml").write_text(
+        yaml.safe_dump([f"++workload.{k}={v}" for k, v in plan.override_parameters.items()]), encoding="utf-8")
+    (folder / "hydra.yaml").write_text(yaml.safe_dump({
+        "note": f"written by {ENGINE}; DLIO 2.0.0 has no checkpoint workflow, so no Hydra run took place",
+        "engine": ENGINE, "command": plan.commands, "num_processes": plan.num_processes,
+        "hosts": args.get("hosts") or ["127.0.0.1"]}, sort_keys=False), encoding="utf-8")
