@@ -8,14 +8,13 @@ import signal
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
 from mlpstorage_py.cli import build_parser
 from mlpstorage_py.cli.common import OPEN_ONLY_FLAGS
 from mlpstorage_py.errors import Interrupted, MlpsError, NotAvailable, UsageError
-from mlpstorage_py.results.logs import log, setup_console
+from mlpstorage_py.results.logs import setup_console
 
 # Benchmark name on the command line -> "module:Class" (imported only when used).
 BENCHMARKS = {

@@ -150,14 +150,31 @@ def test_cli_datasize_memory_binds(cli, results):
 
 
 def test_cli_retinanet_datasize(cli, results):
-    res = cli("closed", "training", "retinanet", "datasize", "-at", "b200", "-ma", "8", "-cm", "1",
+    res = cli("closed", "training", "retinanet", "datasize", "-at", "b200", "-ma", "8", "-cm", "64",
               "-sn", "sys1", "-rd", results)
     assert res.rc == 0, res.err
-    assert "the steps constraint binds" in res.out
+    assert "the memory constraint binds" in res.out
     leaf = workload_leaves(results, tail="training/retinanet/datasize")[0]
-    assert leaf_metadata(leaf)["parameters"]["dataset"]["num_files_train"] == 96000
+    expected = -(-(64 * 5 * 2**30) // 322957)  # ceil: 64 GiB x 5 / record length
+    assert leaf_metadata(leaf)["parameters"]["dataset"]["num_files_train"] == expected
     prov = json.loads((leaf / "provenance.json").read_text(encoding="utf-8"))
     assert prov["core_config"]["hash"] == "20c73f53486caba0"
+
+
+def test_measured_memory_wins_over_a_smaller_declaration(cli, results):
+    """Rules 3.1.2 is checked against the memory DLIO measures, so datasize sizes for the larger."""
+    from mlpstorage_py.results.host import meminfo_bytes
+
+    measured = meminfo_bytes()
+    res = cli("closed", "training", "retinanet", "datasize", "-at", "b200", "-ma", "1", "-cm", "1",
+              "-sn", "sys1", "-rd", results)
+    assert res.rc == 0, res.err
+    assert "differs from the measured" in res.err
+    leaf = workload_leaves(results, tail="training/retinanet/datasize")[0]
+    meta = leaf_metadata(leaf)
+    assert meta["parameters"]["dataset"]["num_files_train"] == -(-(measured * 5) // 322957)
+    assert meta["cluster_information"]["collection_method"] == "mpi"
+    assert meta["cluster_information"]["hosts"][0]["memory_total_bytes"] == measured
 
 
 def test_allowlisted_closed_override_is_recorded_and_does_not_change_core_config(cli, results):

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from mlpstorage_py.benchmarks import dlio, workloads
 from mlpstorage_py.errors import BenchmarkFailed

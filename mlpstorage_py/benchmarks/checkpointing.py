@@ -15,13 +15,12 @@ from mlpstorage_py.benchmarks import workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
-from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
 
 ENGINE = "mlpstorage checkpoint engine"
-LEAF, SCRATCH = "{leaf}", "{scratch}"
 # Model-shape keys OPEN/whatif may scale down for tests and demos (Rules 4.6.3 forbids them in CLOSED).
 SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
               "model.num_kv_heads", "model.vocab_size")
@@ -121,8 +120,7 @@ class CheckpointingBenchmark(Benchmark):
         Path(plan.parameters["checkpoint"]["checkpoint_folder"]).mkdir(parents=True, exist_ok=True)
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
-            plan.commands = [[a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
-                             for argv in plan.commands]
+            plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
                               stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
                               label="checkpoint engine", echo=bool(self.request.arg("verbose")))

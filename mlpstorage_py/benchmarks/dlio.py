@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import sys
 from importlib import metadata
@@ -17,11 +16,10 @@ import yaml
 
 from mlpstorage_py.benchmarks import workloads
 from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, NotFoundError
-from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, mpi_command
 from mlpstorage_py.rules.core_config import flatten
 
 HYDRA_SUBDIR = "dlio_config"
-LEAF, SCRATCH = "{leaf}", "{scratch}"  # placeholders filled in when the leaf exists
 
 
 def engine_table() -> dict[str, Any]:
@@ -73,10 +71,6 @@ def command(opts: MpiOptions, processes: int, workload_name: str) -> list[str]:
     return mpi_command(opts, processes, program)
 
 
-def fill(argv: list[str], leaf: Path, scratch: Path) -> list[str]:
-    return [a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
-
-
 def write_workload(scratch: Path, name: str, engine_config: dict[str, Any]) -> None:
     target = scratch / "config" / "workload"
     target.mkdir(parents=True, exist_ok=True)
@@ -106,14 +100,3 @@ def read_outputs(leaf: Path, expect_training: bool) -> dict[str, Any]:
     if missing or not metric.get("train_au_percentage"):
         raise BenchmarkFailed(f"DLIO's summary.json lacks {', '.join(missing) or 'per-epoch AU'}: the run did no training")
     return summary
-
-
-def drop_page_cache() -> str:
-    """Drop the client's page cache when permitted, so reads come from storage."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w", encoding="ascii") as fh:
-            fh.write("3\n")
-        return "dropped"
-    except OSError:
-        return "not permitted"

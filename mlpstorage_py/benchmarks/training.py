@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -15,14 +14,15 @@ import yaml
 from mlpstorage_py import __version__
 from mlpstorage_py.benchmarks import dlio, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.mpi import MpiOptions
+from mlpstorage_py.launch.mpi import MpiOptions, fill
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
+from mlpstorage_py.storage import drop_page_cache
 
 GIB = 1024 ** 3
 MANIFEST = ".mlps-datagen-manifest.json"
@@ -109,7 +109,9 @@ class TrainingBenchmark(Benchmark):
         overrides, verification = self.overrides()
         parameters = workloads.apply_overrides(workloads.training(req.model, req.arg("accelerator_type")), overrides)
         hosts = int(req.arg("num_client_hosts") or len(req.arg("hosts", [])) or 1)
-        memory_gb = float(req.arg("client_host_memory_in_gb"))
+        declared = float(req.arg("client_host_memory_in_gb"))
+        cluster = self._measure_hosts()
+        memory_gb = self._sizing_memory(declared, cluster)
         accelerators = int(req.arg("max_accelerators"))
         size = sizing(parameters, accelerators, hosts, memory_gb)
         parameters["dataset"].update(num_files_train=size.num_files_train, num_subfolders_train=size.num_subfolders_train,
@@ -119,11 +121,32 @@ class TrainingBenchmark(Benchmark):
                     override_parameters=overrides, verification=verification,
                     data_dir=Path(data_dir) if data_dir else None)
         plan.report = self._datasize_report(size, parameters, hosts, memory_gb, accelerators)
-        local = meminfo_bytes()
-        if local and local / GIB > memory_gb * 1.02:
-            log.warning(f"this host has {local / GIB:.1f} GiB of memory, more than the declared {memory_gb:g} GiB; "
-                        "if it is a client, validate recomputes the size from the measured memory and this dataset will be too small")
+        plan.cluster = cluster
         return plan
+
+    def _measure_hosts(self) -> dict[str, Any]:
+        """Each client's memory and cores, measured through MPI on --hosts (whatif and a
+        machine without MPI fall back to this host alone)."""
+        local = [{"hostname": "localhost", "memory_total_bytes": meminfo_bytes(), "cpu_count": os.cpu_count()}]
+        if self.request.mode == "whatif" or self.results_dir is None:
+            return {"hosts": local, "collection_method": "local"}
+        try:
+            return {"hosts": hostinfo.gather(MpiOptions.from_args(self.request.args), self.results_dir),
+                    "collection_method": "mpi"}
+        except NotFoundError as exc:
+            log.warning(f"{exc}; measuring this host only")
+            return {"hosts": local, "collection_method": "local"}
+
+    @staticmethod
+    def _sizing_memory(declared: float, cluster: dict[str, Any]) -> float:
+        """The larger of the declared and the measured per-host memory, warning when they differ:
+        validate recomputes Rules 3.1.2 from the memory DLIO measures, so under-declaring fails later."""
+        measured = max((h["memory_total_bytes"] or 0) for h in cluster["hosts"]) / GIB
+        cluster.update(declared_memory_gb=declared, measured_memory_gb=measured)
+        if abs(measured - declared) > 0.05 * declared:
+            log.warning(f"declared client memory {declared:g} GiB differs from the measured {measured:.1f} GiB; "
+                        "sizing uses the larger")
+        return max(declared, measured)
 
     def _datasize_report(self, size: Datasize, parameters: dict[str, Any], hosts: int, memory_gb: float,
                          accelerators: int) -> list[str]:
@@ -221,16 +244,13 @@ class TrainingBenchmark(Benchmark):
         if int(ds["record_length_bytes"]) != int(manifest["record_length_bytes"]):
             raise GateRefused(f"the dataset was generated with records of {manifest['record_length_bytes']} B, "
                               f"the workload reads {ds['record_length_bytes']} B")
-        hosts = hostinfo.gather(MpiOptions.from_args(self.request.args), self.results_dir)
-        declared = float(self.request.arg("client_host_memory_in_gb"))
-        measured = max(h["memory_total_bytes"] or 0 for h in hosts) / GIB
-        if abs(measured - declared) > 0.05 * declared:
-            log.warning(f"declared client memory {declared:g} GiB differs from the measured {measured:.1f} GiB; sizing uses the larger")
-        size = sizing(plan.parameters, plan.num_processes, len(hosts), max(declared, measured))
-        plan.cluster = {"hosts": hosts, "declared_memory_gb": declared, "measured_memory_gb": measured}
+        plan.cluster = self._measure_hosts()
+        hosts = plan.cluster["hosts"]
+        memory_gb = self._sizing_memory(float(self.request.arg("client_host_memory_in_gb")), plan.cluster)
+        size = sizing(plan.parameters, plan.num_processes, len(hosts), memory_gb)
         if int(ds["num_files_train"]) < size.num_files_train:
             message = (f"{ds['num_files_train']} training files is below the Rules 3.1.2 minimum of {size.num_files_train} "
-                       f"for {plan.num_processes} accelerators on {len(hosts)} host(s) with {max(declared, measured):.1f} GiB")
+                       f"for {plan.num_processes} accelerators on {len(hosts)} host(s) with {memory_gb:.1f} GiB")
             if self.request.mode == "closed":
                 raise GateRefused(message)
             log.warning(message + "; the result cannot be CLOSED")
@@ -255,12 +275,12 @@ class TrainingBenchmark(Benchmark):
                 shutil.rmtree(folder)
             folder.mkdir(parents=True, exist_ok=True)
         else:
-            plan.page_cache["before_run"] = dlio.drop_page_cache()
+            plan.page_cache["before_run"] = "dropped" if drop_page_cache() else "not permitted (not root)"
             shutil.copyfile(folder / MANIFEST, leaf / LEAF_MANIFEST)
         with self.scratch() as scratch:
             name = f"{self.request.model}_{self.request.command}"
             dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
-            plan.commands = [dlio.fill(argv, leaf, scratch) for argv in plan.commands]
+            plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             label = f"training_{self.request.command}"
             code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
                               stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
@@ -270,7 +290,7 @@ class TrainingBenchmark(Benchmark):
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         command = self.request.command
         if command == "datasize":
-            return {}
+            return {"cluster_information": plan.cluster}
         summary = dlio.read_outputs(leaf, expect_training=command == "run")
         folder = Path(plan.parameters["dataset"]["data_folder"])
         extra: dict[str, Any] = {"engine": plan.engine_parameters["engine"]}
@@ -288,7 +308,16 @@ class TrainingBenchmark(Benchmark):
               f"{metric['train_io_mean_MB_per_second']:.1f} MiB/s")
         extra.update(datagen_manifest_file=LEAF_MANIFEST, page_cache=plan.page_cache,
                      cluster_information=plan.cluster)
+        if self.request.mode == "closed":
+            self._report_result_progress(leaf)
         return extra
+
+    def _report_result_progress(self, leaf: Path) -> None:
+        """A CLOSED result is runs_per_result runs (Rules 2.1.17: 1 warm-up + 5); say where we are."""
+        needed = checker()["runs_per_result"]["training"]
+        done = 1 + sum(1 for meta in leaf.parent.glob("*/training_*_metadata.json")
+                       if meta.parent != leaf and read_json(meta).get("exit_status") == 0)
+        print(f"CLOSED result: {done} of {needed} successful runs in {leaf.parent} (the earliest is the warm-up)")
 
     def _write_manifest(self, plan: Plan, leaf: Path, folder: Path) -> dict[str, Any]:
         """Count what DLIO generated and record it next to the data (Rules 3.2.1, 3.3.1)."""

@@ -33,6 +33,7 @@ from typing import Any, Callable, TypeVar
 
 from mlpstorage_py import __version__
 from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
+from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
 from mlpstorage_py.storage.posix import PosixStore
 
@@ -60,14 +61,7 @@ def iso(moment: datetime) -> str:
 
 def mem_total_gib() -> float:
     """MemTotal of this host in GiB (0.0 where /proc/meminfo is unreadable)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / (1 << 20)
-    except OSError:
-        pass
-    return 0.0
+    return (meminfo_bytes() or 0) / (1 << 30)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

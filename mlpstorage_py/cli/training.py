@@ -50,6 +50,7 @@ def _datasize(p: Any, mode: str, accels: list[str]) -> None:
     _sizing(p, accels)
     p.add_argument("--max-accelerators", "-ma", type=positive_int, required=True,
                    help="size the dataset for up to this many simulated accelerators")
+    add_mpi(p)
     _common(p, mode)
 
 

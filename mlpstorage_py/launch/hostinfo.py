@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
 from mlpstorage_py.results.host import meminfo_bytes
 
 GIB = 1024 ** 3
@@ -24,13 +27,8 @@ def local_facts() -> dict[str, Any]:
             "cpu_count": os.cpu_count()}
 
 
-def gather(opts: "MpiOptions", scratch: Path) -> list[dict[str, Any]]:
+def gather(opts: MpiOptions, scratch: Path) -> list[dict[str, Any]]:
     """Launch one rank on every host and return each host's facts (hostname-deduplicated)."""
-    import subprocess
-
-    from mlpstorage_py.errors import BenchmarkFailed
-    from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
-
     hosts = [h.split(":")[0] for h in opts.hosts]
     one_each = MpiOptions(hosts=hosts, mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
                           allow_run_as_root=opts.allow_run_as_root, extra=opts.extra)

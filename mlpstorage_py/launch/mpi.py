@@ -12,6 +12,8 @@ from pathlib import Path
 from mlpstorage_py.errors import NotFoundError, UsageError
 
 DEFAULT_HOSTS = ["127.0.0.1"]
+# Placeholders in planned commands, filled once the leaf and the scratch directory exist.
+LEAF, SCRATCH = "{leaf}", "{scratch}"
 # Environment forwarded to every rank by name (-x NAME): values never appear on the command
 # line, so secrets such as AWS_SECRET_ACCESS_KEY are not printed or recorded.
 FORWARD_PREFIXES = ("DLIO_", "AWS_", "S3DLIO_", "MLPSTORAGE_", "OMPI_ALLOW_RUN_AS_ROOT", "PYTHONPATH",
@@ -70,6 +72,10 @@ def host_slots(hosts: list[str], processes: int) -> list[tuple[str, int]]:
 
 def forwarded_env(env: dict[str, str]) -> list[str]:
     return sorted(k for k in env if k.startswith(FORWARD_PREFIXES))
+
+
+def fill(argv: list[str], leaf: Path, scratch: Path) -> list[str]:
+    return [a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
 
 
 def mpi_command(opts: MpiOptions, processes: int, program: list[str], env: dict[str, str] | None = None) -> list[str]:
