@@ -53,6 +53,8 @@ class Benchmark(abc.ABC):
 
     benchmark_type: ClassVar[str]
     family: ClassVar[str]
+    # What runs the workload when it is not DLIO (recorded in provenance.json's dlio block).
+    engine: ClassVar[str | None] = None
 
     def __init__(self, request: Request) -> None:
         self.request = request

@@ -17,8 +17,6 @@ SCHEMA = "mlps-run-provenance/1"
 UNKNOWN = "unknown"
 TAGS = ("runtime", "tool-constant", "package-metadata", "direct-url", "code-hash-json",
         "uv-lock", "declared", "inferred", "n/a", "unknown")
-# Families whose runs are executed by DLIO; the others record DLIO as not applicable.
-DLIO_FAMILIES = ("training", "checkpointing")
 
 
 def dlio_stamp() -> tuple[dict[str, str], str]:
@@ -37,13 +35,14 @@ def dlio_stamp() -> tuple[dict[str, str], str]:
     return stamp, "direct-url"
 
 
-def build(family: str, parameters: dict[str, Any], code_hash: str,
+def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str | None,
           storage_library: dict[str, str] | None = None) -> dict[str, Any]:
-    """The stamp for one leaf; every value is a string or number, never null."""
-    if family in DLIO_FAMILIES:
+    """The stamp for one leaf; every value is a string or number, never null. `engine` names
+    what ran the workload when it was not DLIO (the dlio block then says n/a)."""
+    if engine is None:
         dlio, dlio_tag = dlio_stamp()
     else:
-        dlio, dlio_tag = {"version": "n/a", "source": "n/a", "commit": "n/a"}, "n/a"
+        dlio, dlio_tag = {"version": "n/a", "source": engine, "commit": "n/a"}, "n/a"
     storage = storage_library or {"name": "none"}
     return {
         "schema": SCHEMA,
