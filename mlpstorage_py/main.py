@@ -20,6 +20,8 @@ from mlpstorage_py.results.logs import setup_console
 BENCHMARKS = {
     "training": "mlpstorage_py.benchmarks.training:TrainingBenchmark",
     "checkpointing": "mlpstorage_py.benchmarks.checkpointing:CheckpointingBenchmark",
+    "vectordb": "mlpstorage_py.benchmarks.vectordb:VectorDBBenchmark",
+    "kvcache": "mlpstorage_py.benchmarks.kvcache:KVCacheBenchmark",
 }
 # Settings that fall back to an environment variable when the flag is absent.
 ENV_FALLBACKS = {
@@ -96,10 +98,13 @@ def run_benchmark(args: dict[str, Any], argv: list[str], started: float) -> int:
     name = args["_benchmark"]
     if args.get("storage") == "object":
         raise NotAvailable("object storage (s3dlio) is not part of this build yet; use `file`")
-    if name not in BENCHMARKS:
-        raise NotAvailable(f"the {name} benchmark's engine is not part of this build yet")
     module, _, cls = BENCHMARKS[name].partition(":")
-    benchmark_class = getattr(importlib.import_module(module), cls)
+    try:
+        benchmark_class = getattr(importlib.import_module(module), cls)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise NotAvailable(f"the {name} benchmark's engine is not part of this build yet") from None
     args["_started_at"] = started
     if args["mode"] != "whatif":
         results_dir, _ = resolve_results_dir(args.get("results_dir"))
