@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -38,12 +38,18 @@ def validate(args: dict[str, Any], argv: list[str]) -> int:
         root, _ = resolve_results_dir(args.get("results_dir"))
     if not root.is_dir():
         raise NotFoundError(f"package directory {root} does not exist")
-    findings = checker.validate(root)
-    if args["json"]:
-        print(json.dumps([f.as_dict() for f in findings], indent=2))
+    digest = args.get("reference_checksum")
+    if digest and not re.fullmatch(r"[0-9a-f]{32}", digest):
+        raise UsageError(f"--reference-checksum must be 32 lowercase hex digits, got {digest!r}")
+    submitters = {s for s in (args.get("submitters") or "").split(",") if s} or None
+    pkg, findings = checker.validate(root, submitters, reference=digest)
+    if args["json"] == "-":
+        print(checker.findings_json(pkg, findings))
     else:
-        print(checker.findings_text(root, findings))
-    return 1 if any(f.severity == "FAIL" for f in findings) else 0
+        print(checker.findings_text(pkg, findings))
+        if args["json"]:
+            Path(args["json"]).write_text(checker.findings_json(pkg, findings) + "\n", encoding="utf-8")
+    return 1 if any(f.severity == "INVALID" for f in findings) else 0
 
 
 def reportgen(args: dict[str, Any], argv: list[str]) -> int:

@@ -87,9 +87,9 @@ def test_combined_and_split_flows(cli, results, ckpt_dir):
     meta = json.loads(next(leaf.glob("checkpointing_*_metadata.json")).read_text())
     assert meta["exit_status"] == 0 and meta["args"]["num_checkpoints_write"] == 2
     assert meta["parameters"]["model"]["transformer"]["hidden_size"] == 256
-    assert meta["engine"] == "mlpstorage checkpoint engine"
+    assert meta["engine"] == summary["checkpoint_engine"]["name"] == "mlpstorage-checkpoint-engine"
     prov = json.loads((leaf / "provenance.json").read_text())
-    assert prov["dlio"] == {"version": "n/a", "source": "mlpstorage checkpoint engine", "commit": "n/a"}
+    assert prov["dlio"] == {"version": "n/a", "source": "mlpstorage-checkpoint-engine", "commit": "n/a"}
     assert prov["provenance"]["dlio"] == "n/a" and prov["core_config"]["allowlist"] == "checkpointing@1"
 
     write = run(cli, results, ckpt_dir, 2, 0)

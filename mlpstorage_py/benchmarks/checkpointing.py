@@ -13,6 +13,7 @@ import yaml
 
 from mlpstorage_py.benchmarks import workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
@@ -20,7 +21,7 @@ from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
 
-ENGINE = "mlpstorage checkpoint engine"
+ENGINE = ENGINE_NAME
 # Model-shape keys OPEN/whatif may scale down for tests and demos (Rules 4.6.3 forbids them in CLOSED).
 SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
               "model.num_kv_heads", "model.vocab_size")
@@ -43,6 +44,8 @@ class CheckpointingBenchmark(Benchmark):
         writes, reads = int(req.arg("num_checkpoints_write", 10)), int(req.arg("num_checkpoints_read", 10))
         if writes < 0 or reads < 0 or writes + reads == 0:
             raise UsageError("--num-checkpoints-write and --num-checkpoints-read must be >= 0 and not both 0")
+        if writes and reads > writes:
+            raise UsageError(f"a combined run reads back what it wrote: --num-checkpoints-read {reads} > --num-checkpoints-write {writes}")
         ckpt.update(num_checkpoints_write=writes, num_checkpoints_read=reads)
         folder = req.arg("checkpoint_folder")
         if req.command == "run" and not folder:

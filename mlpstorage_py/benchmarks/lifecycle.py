@@ -35,6 +35,8 @@ def print_plan(bench: Benchmark, plan: Plan) -> None:
         print(line)
     for argv in plan.commands:
         print("  command: " + shlex.join(argv))
+    if any("{leaf}" in a or "{scratch}" in a for argv in plan.commands for a in argv):
+        print("  ({leaf} is the run's results leaf and {scratch} its scratch directory, created when it runs)")
 
 
 def systemname(bench: Benchmark) -> str:

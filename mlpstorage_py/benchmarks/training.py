@@ -177,7 +177,7 @@ class TrainingBenchmark(Benchmark):
         engine, dropped = dlio.translate(parameters, table)
         for key in dropped:
             log.warning(f"DLIO {table['version']} does not read {key}; it is recorded but not passed to DLIO")
-        name = f"{req.model}_{req.command}"
+        name = f"{req.model}_{'datagen' if req.command == 'datagen' else 'run'}"
         plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.arg("accelerator_type"),
                     override_parameters=overrides, verification=verification, data_dir=folder.parent,
                     engine_parameters={"engine": f"dlio_benchmark {table['version']}", "workload": engine,
@@ -278,7 +278,7 @@ class TrainingBenchmark(Benchmark):
             plan.page_cache["before_run"] = "dropped" if drop_page_cache() else "not permitted (not root)"
             shutil.copyfile(folder / MANIFEST, leaf / LEAF_MANIFEST)
         with self.scratch() as scratch:
-            name = f"{self.request.model}_{self.request.command}"
+            name = f"{self.request.model}_{'datagen' if self.request.command == 'datagen' else 'run'}"
             dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             label = f"training_{self.request.command}"

@@ -2,44 +2,78 @@
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from pathlib import Path
 
 from mlpstorage_py.checker import rules_common, rules_training  # noqa: F401 - registers the rules
 from mlpstorage_py.checker.package import Package
-from mlpstorage_py.checker.registry import FAIL, RULES, Finding
+from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding
 from mlpstorage_py.rules.tables import rule_index
 
 
-def validate(root: Path) -> list[Finding]:
-    """Run every registered rule; a rule that crashes is itself a failure, never a silent pass."""
-    pkg = Package.load(root)
+def validate(root: Path, submitters: set[str] | None = None,
+             reference: str | None = None) -> tuple[Package, list[Finding]]:
+    """Run every registered rule; a rule that crashes is itself a finding, never a silent pass."""
+    pkg = Package.load(root, submitters)
+    pkg.reference_digest = reference
     findings: list[Finding] = []
     for number, entry in RULES.items():
         try:
             findings.extend(entry.func(pkg))
         except Exception as exc:  # noqa: BLE001 - report, do not hide
-            findings.append(Finding(number, FAIL, str(root), f"checker error: {type(exc).__name__}: {exc}"))
-    return findings
+            findings.append(entry.finding(INVALID, root, f"checker error: {type(exc).__name__}: {exc}"))
+    return pkg, findings
 
 
 def coverage_text() -> str:
     lines, section = [], None
+    counts = {"implemented": 0, "not applicable": 0, "not yet": 0}
     for entry in rule_index():
         if entry["section"] != section:
             section = entry["section"]
             lines.append(f"{section}:")
-        implemented = RULES.get(entry["number"])
-        mark = "checked" if implemented else "-      "
-        detail = f"  {implemented.summary}" if implemented else ""
-        lines.append(f"  [{mark}] {entry['number']:<9} {entry['name']}{detail}")
-    lines.append(f"{len(RULES)} of {len(rule_index())} rules checked by validate")
+        number = entry["number"]
+        if number in RULES:
+            status, detail = "implemented", RULES[number].summary
+        elif number in NOT_APPLICABLE:
+            status, detail = "not applicable", NOT_APPLICABLE[number]
+        else:
+            status, detail = "not yet", ""
+        counts[status] += 1
+        lines.append(f"  {number:<9} {entry['name']:<40} {status:<15} {detail}".rstrip())
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()) + f" (of {len(rule_index())} rules)")
     return "\n".join(lines)
 
 
-def findings_text(root: Path, findings: list[Finding]) -> str:
-    pkg_leaves = len(Package.load(root).leaves)
-    lines = [f"{f.severity:<4} {f.rule:<8} {f.path}: {f.message}" for f in findings]
-    fails = sum(f.severity == FAIL for f in findings)
-    lines.append(f"validated {root}: {pkg_leaves} leaves, {len(RULES)} rules, {fails} failures, "
-                 f"{len(findings) - fails} warnings/information")
+def result_of(pkg: Package, path: str) -> str:
+    """The result (workload directory, Rules 1.3) a finding belongs to, or 'package'."""
+    for result in pkg.results():
+        if path == str(result) or path.startswith(str(result) + "/"):
+            return str(result.relative_to(pkg.root))
+    return "package"
+
+
+def findings_text(pkg: Package, findings: list[Finding]) -> str:
+    grouped: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        grouped[result_of(pkg, f.path)].append(f)
+    lines = []
+    for result in ["package"] + [str(r.relative_to(pkg.root)) for r in pkg.results()]:
+        items = grouped.get(result, [])
+        if result == "package" and not items:
+            continue
+        verdict = "INVALID" if any(f.severity == INVALID for f in items) else "valid"
+        lines.append(f"{result}: {verdict}")
+        for f in items:
+            where = Path(f.path).name if f.path.startswith(str(pkg.root)) else f.path
+            lines.append(f"  {f.severity:<7} {f.rule} {f.name}: {where}: {f.message}")
+    invalid = sum(f.severity == INVALID for f in findings)
+    lines.append(f"validated {pkg.root}: {len(pkg.results())} results, {len(pkg.leaves)} leaves, {len(RULES)} rules; "
+                 f"{invalid} invalid, {len(findings) - invalid} warnings/information")
     return "\n".join(lines)
+
+
+def findings_json(pkg: Package, findings: list[Finding]) -> str:
+    return json.dumps({"package": str(pkg.root), "findings": [dict(f.as_dict(), result=result_of(pkg, f.path))
+                                                             for f in findings]}, indent=2)

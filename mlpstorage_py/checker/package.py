@@ -73,6 +73,11 @@ class Leaf:
         return (self.provenance or {}).get("rules_edition", "unknown")
 
 
+def _links_out(path: Path, root: Path) -> bool:
+    """A leaf reached through a symlink is not part of the package: the walk never leaves it."""
+    return any(p.is_symlink() for p in [path, *path.parents] if root in p.parents)
+
+
 def read_json(path: Path) -> Any:
     """Parsed JSON, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
     try:
@@ -86,22 +91,29 @@ def read_json(path: Path) -> Any:
 class Package:
     root: Path
     leaves: list[Leaf] = field(default_factory=list)
+    reference_digest: str | None = None  # --reference-checksum
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
 
     @classmethod
-    def load(cls, root: Path) -> "Package":
+    def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
         pkg = cls(root)
         for division in DIVISIONS:
-            for org_dir in sorted(p for p in (root / division).glob("*") if p.is_dir()):
+            for org_dir in sorted(p for p in (root / division).glob("*") if p.is_dir() and not p.is_symlink()):
+                if submitters and org_dir.name not in submitters:
+                    continue
                 pkg.orgs.append((division, org_dir.name, org_dir))
-                for system_dir in sorted(p for p in (org_dir / "results").glob("*") if p.is_dir()):
+                for system_dir in sorted(p for p in (org_dir / "results").glob("*") if p.is_dir() and not p.is_symlink()):
                     for bench, depth in LEAF_DEPTH.items():
                         pattern = "/".join(["*"] * (depth + 1))
                         for leaf in sorted((system_dir / bench).glob(pattern)):
-                            if leaf.is_dir() and TIMESTAMP.match(leaf.name):
+                            if leaf.is_dir() and TIMESTAMP.match(leaf.name) and not _links_out(leaf, root):
                                 rel = leaf.relative_to(system_dir / bench).parts[:-1]
                                 pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
         return pkg
+
+    def results(self) -> list[Path]:
+        """Workload directories holding leaves (Rules 1.3 results), in order."""
+        return sorted({leaf.workload_dir for leaf in self.leaves})
 
     def image_dirs(self) -> list[Path]:
         """Every code-<hash8> directory: the tree-level pool and per-organization pools."""

@@ -9,18 +9,20 @@ from typing import TYPE_CHECKING, Callable, Iterable
 if TYPE_CHECKING:
     from mlpstorage_py.checker.package import Package
 
-FAIL, WARN, INFO = "FAIL", "WARN", "INFO"
+INVALID, WARNING, INFO = "INVALID", "WARNING", "INFO"
 
 
 @dataclass(frozen=True)
 class Finding:
     rule: str
+    name: str
     severity: str
     path: str
     message: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "severity": self.severity, "path": self.path, "message": self.message}
+        return {"rule": self.rule, "name": self.name, "severity": self.severity, "path": self.path,
+                "message": self.message}
 
 
 RuleFunc = Callable[["Package"], Iterable[Finding]]
@@ -37,10 +39,12 @@ class Rule:
         return (self.func.__doc__ or "").strip().splitlines()[0] if self.func.__doc__ else ""
 
     def finding(self, severity: str, path: Path | str, message: str) -> Finding:
-        return Finding(self.number, severity, str(path), message)
+        return Finding(self.number, self.name, severity, str(path), message)
 
 
 RULES: dict[str, Rule] = {}
+# Rules that state definitions or permissions rather than checkable conditions: number -> why.
+NOT_APPLICABLE: dict[str, str] = {}
 
 
 def rule(number: str, name: str) -> Callable[[RuleFunc], RuleFunc]:
@@ -55,3 +59,8 @@ def rule(number: str, name: str) -> Callable[[RuleFunc], RuleFunc]:
 
 def finding(number: str, severity: str, path: Path | str, message: str) -> Finding:
     return RULES[number].finding(severity, path, message)
+
+
+def not_applicable(number: str, why: str) -> None:
+    """Record that a numbered rule has nothing a checker can decide, and why."""
+    NOT_APPLICABLE[number] = why

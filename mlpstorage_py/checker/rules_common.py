@@ -8,7 +8,7 @@ from typing import Iterable
 import yaml
 
 from mlpstorage_py.checker.package import Package
-from mlpstorage_py.checker.registry import FAIL, INFO, WARN, Finding, finding, rule
+from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
 
@@ -24,9 +24,9 @@ def top_level(pkg: Package) -> Iterable[Finding]:
             continue
         if entry.name == "mlperf-results.yaml":  # the live results tree's own sentinel
             continue
-        yield finding("2.1.2", FAIL, entry, f"unexpected top-level entry {entry.name!r}")
+        yield finding("2.1.2", INVALID, entry, f"unexpected top-level entry {entry.name!r}")
     if not any((pkg.root / d).is_dir() for d in ("closed", "open")):
-        yield finding("2.1.2", FAIL, pkg.root, "neither closed/ nor open/ is present")
+        yield finding("2.1.2", INVALID, pkg.root, "neither closed/ nor open/ is present")
 
 
 @rule("2.1.6", "codeDirectoryContents")
@@ -34,27 +34,27 @@ def code_images(pkg: Package) -> Iterable[Finding]:
     """Every leaf points at a pool image; every image re-hashes to its recorded hash."""
     for leaf in pkg.leaves:
         if leaf.pointer is None:
-            yield finding("2.1.6", FAIL, leaf.path, f"no {code_image.POINTER_FILE}")
+            yield finding("2.1.6", INVALID, leaf.path, f"no {code_image.POINTER_FILE}")
             continue
         digest = code_image.parse_pointer(leaf.pointer)
         if digest is None:
-            yield finding("2.1.6", FAIL, leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
+            yield finding("2.1.6", INVALID, leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
         elif pkg.resolve_image(leaf, digest) is None:
-            yield finding("2.1.6", FAIL, leaf.path, f"code image code-{digest[:8]} is not in the pool")
+            yield finding("2.1.6", INVALID, leaf.path, f"code image code-{digest[:8]} is not in the pool")
     for image in pkg.image_dirs():
         stamp_path = image / code_image.HASH_FILE
         if not stamp_path.is_file():
-            yield finding("2.1.6", FAIL, image, f"no {code_image.HASH_FILE}")
+            yield finding("2.1.6", INVALID, image, f"no {code_image.HASH_FILE}")
             continue
         recorded = json.loads(stamp_path.read_text(encoding="utf-8")).get("hash", "")
         if not recorded.startswith(image.name[len("code-"):]):
-            yield finding("2.1.6", FAIL, image, f"recorded hash {recorded} does not begin with the directory's {image.name}")
+            yield finding("2.1.6", INVALID, image, f"recorded hash {recorded} does not begin with the directory's {image.name}")
         if len(list(image.iterdir())) == 1:
-            yield finding("2.1.6", FAIL, image, "image holds only its .code-hash.json: the source tree was not captured")
+            yield finding("2.1.6", INVALID, image, "image holds only its .code-hash.json: the source tree was not captured")
             continue
         actual = code_image.tree_hash(image)
         if actual != recorded:
-            yield finding("2.1.6", FAIL, image, f"tree hash {actual} != recorded {recorded}: the image was modified")
+            yield finding("2.1.6", INVALID, image, f"tree hash {actual} != recorded {recorded}: the image was modified")
 
 
 def reference_digests(edition: str) -> list[str]:
@@ -72,10 +72,10 @@ def closed_checksum(pkg: Package, number: str, benchmarks: tuple[str, ...]) -> I
         if leaf.division != "closed" or leaf.benchmark not in benchmarks or leaf.pointer is None:
             continue
         edition = leaf.stamped_edition if leaf.stamped_edition != "unknown" else tables.editions()["current_edition"]
-        published = reference_digests(edition)
+        published = reference_digests(edition) + ([pkg.reference_digest] if pkg.reference_digest else [])
         digest = code_image.parse_pointer(leaf.pointer)
         if published and digest not in published:
-            yield finding(number, FAIL, leaf.path, f"code image {digest} is not a sanctioned {edition} release")
+            yield finding(number, INVALID, leaf.path, f"code image {digest} is not a sanctioned {edition} release")
 
 
 @rule("3.6.1", "trainingClosedSubmissionChecksum")
@@ -98,14 +98,14 @@ def leaf_provenance(pkg: Package) -> Iterable[Finding]:
         stamp = leaf.provenance
         if stamp is None:
             if declared:
-                yield finding("PROV-01", FAIL, leaf.path, f"metadata declares {declared} but it is missing")
+                yield finding("PROV-01", INVALID, leaf.path, f"metadata declares {declared} but it is missing")
             continue
         if "__unreadable__" in stamp:
-            yield finding("PROV-01", FAIL, leaf.path, f"provenance does not parse: {stamp['__unreadable__']}")
+            yield finding("PROV-01", INVALID, leaf.path, f"provenance does not parse: {stamp['__unreadable__']}")
             continue
         pointer = (leaf.pointer or "").strip()
         if stamp.get("tool", {}).get("code_image") != pointer:
-            yield finding("PROV-01", FAIL, leaf.path, f"provenance names {stamp.get('tool', {}).get('code_image')}, pointer says {pointer}")
+            yield finding("PROV-01", INVALID, leaf.path, f"provenance names {stamp.get('tool', {}).get('code_image')}, pointer says {pointer}")
 
 
 @rule("PROV-02", "submissionManifest")
@@ -119,18 +119,18 @@ def submission_manifest(pkg: Package) -> Iterable[Finding]:
             continue
         path, manifest = found
         if not isinstance(manifest, dict) or "__unreadable__" in manifest:
-            yield finding("PROV-02", FAIL, path, "submission.yaml does not parse")
+            yield finding("PROV-02", INVALID, path, "submission.yaml does not parse")
             continue
         listed = {e.get("path") for e in manifest.get("leaves") or []}
         actual = {e["path"] for e in leaf_entries(pkg, division, org)}
         for missing in sorted(actual - listed):
-            yield finding("PROV-02", FAIL, path, f"stale manifest: leaf {missing} is not listed")
+            yield finding("PROV-02", INVALID, path, f"stale manifest: leaf {missing} is not listed")
         for extra in sorted(listed - actual):
-            yield finding("PROV-02", FAIL, path, f"stale manifest: lists {extra}, which the tree does not hold")
+            yield finding("PROV-02", INVALID, path, f"stale manifest: lists {extra}, which the tree does not hold")
         declared = str(manifest.get("rules_edition"))
         for leaf in pkg.leaves:
             if (leaf.division, leaf.org) == (division, org) and leaf.stamped_edition not in ("unknown", declared):
-                yield finding("PROV-02", FAIL, leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {declared}")
+                yield finding("PROV-02", INVALID, leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {declared}")
 
 
 @rule("LEAF-01", "runLeafMetadata")
@@ -140,7 +140,7 @@ def run_leaf_metadata(pkg: Package) -> Iterable[Finding]:
         if leaf.benchmark in ("kv_cache", "vector_database") and leaf.command == "run":
             count = len(leaf.metadata_files)
             if count != 1:
-                yield finding("LEAF-01", FAIL, leaf.path, f"{count} *_metadata.json files (exactly one required)")
+                yield finding("LEAF-01", INVALID, leaf.path, f"{count} *_metadata.json files (exactly one required)")
 
 
 def _manifest_edition(pkg: Package, division: str, org: str) -> str | None:
@@ -154,11 +154,11 @@ def rules_edition(pkg: Package) -> Iterable[Finding]:
     known = tables.editions()["editions"]
     for leaf in pkg.leaves:
         if leaf.provenance and leaf.stamped_edition not in known and leaf.stamped_edition != "unknown":
-            yield finding("EDN-01", FAIL, leaf.path, f"unknown rules edition {leaf.stamped_edition!r}")
+            yield finding("EDN-01", INVALID, leaf.path, f"unknown rules edition {leaf.stamped_edition!r}")
     for division, org, org_dir in pkg.orgs:
         edition = _manifest_edition(pkg, division, org)
         if edition is not None and edition not in known:
-            yield finding("EDN-01", FAIL, org_dir / "submission.yaml", f"unknown rules edition {edition!r}")
+            yield finding("EDN-01", INVALID, org_dir / "submission.yaml", f"unknown rules edition {edition!r}")
 
 
 def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | None, edition: str,
@@ -174,7 +174,7 @@ def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | N
 
 @rule("EDN-02", "comparabilityClass")
 def comparability_class(pkg: Package) -> Iterable[Finding]:
-    """A stamped run leaf resolves to a class: FAIL under closed, INFO under open."""
+    """A stamped run leaf resolves to a class: INVALID under closed, INFO under open."""
     for leaf in pkg.leaves:
         stamp = leaf.provenance
         if leaf.command != "run" or not stamp or "__unreadable__" in stamp:
@@ -185,7 +185,7 @@ def comparability_class(pkg: Package) -> Iterable[Finding]:
         accelerator = (leaf.metadata or {}).get("accelerator")
         found = leaf_class(leaf.division, leaf.benchmark, leaf.model, accelerator, leaf.stamped_edition, digest)
         if found is None:
-            severity = FAIL if leaf.division == "closed" else INFO
+            severity = INVALID if leaf.division == "closed" else INFO
             yield finding("EDN-02", severity, leaf.path,
                           f"core config {digest} of {leaf.benchmark} {leaf.model} ({accelerator}) is in no comparability class")
 
@@ -200,7 +200,7 @@ def dlio_revision(pkg: Package) -> Iterable[Finding]:
         accepted = tables.edition(leaf.stamped_edition).get("dlio_revisions", []) if leaf.stamped_edition in tables.editions()["editions"] else []
         commit = stamp.get("dlio", {}).get("commit", "unknown")
         if commit != "n/a" and commit not in accepted:
-            yield finding("EDN-03", WARN, leaf.path, f"DLIO commit {commit} is not an accepted {leaf.stamped_edition} revision")
+            yield finding("EDN-03", WARNING, leaf.path, f"DLIO commit {commit} is not an accepted {leaf.stamped_edition} revision")
 
 
 @rule("EDN-04", "checkableEdition")
@@ -209,4 +209,4 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
     for division, org, org_dir in pkg.orgs:
         edition = _manifest_edition(pkg, division, org)
         if edition in tables.editions()["editions"] and not tables.checker(edition):
-            yield finding("EDN-04", FAIL, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")
+            yield finding("EDN-04", INVALID, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")

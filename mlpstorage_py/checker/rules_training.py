@@ -7,7 +7,7 @@ import statistics
 from typing import Iterable
 
 from mlpstorage_py.checker.package import Leaf, Package
-from mlpstorage_py.checker.registry import FAIL, Finding, finding, rule
+from mlpstorage_py.checker.registry import INVALID, Finding, finding, rule
 from mlpstorage_py.rules import tables
 
 GIB = 1024 ** 3
@@ -29,10 +29,10 @@ def datasize_usage(pkg: Package) -> Iterable[Finding]:
     datasize_dirs = {leaf.workload_dir for leaf in _training(pkg, "datasize") if leaf.metadata}
     for leaf in runs:
         if leaf.workload_dir not in datasize_dirs:
-            yield finding("3.1.1", FAIL, leaf.path, "the workload has no datasize leaf with metadata")
+            yield finding("3.1.1", INVALID, leaf.path, "the workload has no datasize leaf with metadata")
         meta = leaf.metadata or {}
         if not isinstance(meta.get("args"), dict) or not isinstance((meta.get("parameters") or {}).get("dataset"), dict):
-            yield finding("3.1.1", FAIL, leaf.path, "run metadata lacks an args block or a parameters.dataset block")
+            yield finding("3.1.1", INVALID, leaf.path, "run metadata lacks an args block or a parameters.dataset block")
 
 
 def min_total_files(batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
@@ -62,10 +62,10 @@ def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
                 multiplier=int(_checker_block(leaf)["training_host_memory_multiplier"]))
             used = int(dataset["num_files_train"])
         except (KeyError, TypeError, ValueError) as exc:
-            yield finding("3.1.2", FAIL, leaf.path, f"cannot recompute the dataset size: missing or bad {exc}")
+            yield finding("3.1.2", INVALID, leaf.path, f"cannot recompute the dataset size: missing or bad {exc}")
             continue
         if used < needed:
-            yield finding("3.1.2", FAIL, leaf.path, f"num_files_train {used} < required minimum {needed}")
+            yield finding("3.1.2", INVALID, leaf.path, f"num_files_train {used} < required minimum {needed}")
 
 
 @rule("3.3.2", "trainingAcceleratorUtilizationCheck")
@@ -81,9 +81,9 @@ def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
         if au is None and metric.get("train_au_percentage"):
             au = statistics.fmean(metric["train_au_percentage"])
         if minimum is None or au is None:
-            yield finding("3.3.2", FAIL, leaf.path, "no AU minimum for this model or no AU in summary.json")
+            yield finding("3.3.2", INVALID, leaf.path, "no AU minimum for this model or no AU in summary.json")
             continue
         if au < minimum * 100:
-            yield finding("3.3.2", FAIL, leaf.path, f"mean AU {au:.2f}% is below the {minimum * 100:g}% minimum for {leaf.model}")
+            yield finding("3.3.2", INVALID, leaf.path, f"mean AU {au:.2f}% is below the {minimum * 100:g}% minimum for {leaf.model}")
         if metric.get("train_au_meet_expectation") != "success":
-            yield finding("3.3.2", FAIL, leaf.path, f"train_au_meet_expectation is {metric.get('train_au_meet_expectation')!r}, not 'success'")
+            yield finding("3.3.2", INVALID, leaf.path, f"train_au_meet_expectation is {metric.get('train_au_meet_expectation')!r}, not 'success'")

@@ -20,7 +20,11 @@ def register(top: Any) -> None:
                        description="Check a package against the rules; exit 0 when nothing fails, 1 otherwise.")
     p.add_argument("package", nargs="?", help="package or results directory (default: the resolved results directory)")
     p.add_argument("--list-rules", action="store_true", help="list every numbered rule and whether validate checks it")
-    p.add_argument("--json", action="store_true", help="print findings as JSON")
+    p.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                   help="also write the findings as JSON to FILE (or to stdout with no FILE)")
+    p.add_argument("--submitters", metavar="A,B", help="check only these organizations")
+    p.add_argument("--reference-checksum", metavar="MD5",
+                   help="the sanctioned release's md5-tree-v2 digest, when not yet in code-images/reference-digests.yaml")
     add_universal(p, writes_leaf=False)
     p.set_defaults(_handler="validate")
 

@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
 from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
 from mlpstorage_py.results.host import meminfo_bytes
 
-GIB = 1024 ** 3
+TIMEOUT_S = 300
 
 
 def local_facts() -> dict[str, Any]:
@@ -27,15 +27,20 @@ def local_facts() -> dict[str, Any]:
             "cpu_count": os.cpu_count()}
 
 
-def gather(opts: MpiOptions, scratch: Path) -> list[dict[str, Any]]:
+def gather(opts: MpiOptions, results_dir: Path) -> list[dict[str, Any]]:
     """Launch one rank on every host and return each host's facts (hostname-deduplicated)."""
     hosts = [h.split(":")[0] for h in opts.hosts]
     one_each = MpiOptions(hosts=hosts, mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
                           allow_run_as_root=opts.allow_run_as_root, extra=opts.extra)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+    root = results_dir / ".mlps" / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hostinfo-", dir=root) as tmp:
         out = Path(tmp) / "hosts.json"
         argv = mpi_command(one_each, len(hosts), [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)])
-        done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=300, check=False)
+        try:
+            done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise TimeoutExpired(f"collecting host information over MPI took more than {TIMEOUT_S} s on {', '.join(hosts)}") from None
         if done.returncode != 0 or not out.is_file():
             raise BenchmarkFailed(f"collecting host information over MPI failed (exit {done.returncode}): "
                                   f"{(done.stderr.strip().splitlines() or ['no output'])[-1][:300]}")

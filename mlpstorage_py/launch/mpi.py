@@ -87,7 +87,7 @@ def mpi_command(opts: MpiOptions, processes: int, program: list[str], env: dict[
         argv.append("--oversubscribe")
     if opts.allow_run_as_root:
         argv.append("--allow-run-as-root")
-    if "--bind-to" not in opts.extra:
+    if not any(a.split("=")[0] == "--bind-to" for a in opts.extra):
         argv += ["--bind-to", "none"]  # simulated accelerators are not pinned to cores
     for name in forwarded_env(env if env is not None else dict(os.environ)):
         argv += ["-x", name]

@@ -82,6 +82,9 @@ def require_success(code: int, label: str, stderr_path: Path) -> None:
     """A non-zero exit is a failed run; quote the child's last error line."""
     if code == 0:
         return
-    tail = [l for l in stderr_path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()][-1:]
-    detail = f": {tail[0][:300]}" if tail else ""
+    lines = [l.strip() for l in stderr_path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    meaningful = [l for l in lines if l and not set(l) <= set("-=*")]
+    errors = [l for l in meaningful if "error" in l.lower() and not l.startswith(("prterun", "mpirun", "Primary job"))]
+    pick = (errors or meaningful)[-1:]
+    detail = f": {pick[0][:300]}" if pick else ""
     raise BenchmarkFailed(f"{label} exited with code {code}{detail} (see {stderr_path})")
