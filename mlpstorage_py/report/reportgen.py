@@ -1,22 +1,140 @@
-"""`mlpstorage reports reportgen`: regenerate each organization's submission.yaml."""
+"""`mlpstorage reports reportgen`: per-result results.json, per-organization rollups
+(results.json and results.csv) and submission.yaml, all computed from the leaves."""
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from mlpstorage_py.checker.package import Package
-from mlpstorage_py.report import manifest
+from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.checker.rules_common import leaf_class
+from mlpstorage_py.report import figures, manifest, table
 from mlpstorage_py.results.io import atomic_write_text
+from mlpstorage_py.rules.tables import editions
+
+PUBLIC_IDS = "public_ids.json"
+
+
+def _group(pkg: Package) -> dict[tuple[str, str, Path], list[Leaf]]:
+    """Run leaves per result: (division, org, workload directory) -> leaves."""
+    results: dict[tuple[str, str, Path], list[Leaf]] = defaultdict(list)
+    for leaf in pkg.leaves:
+        if leaf.command == "run":
+            results[(leaf.division, leaf.org, leaf.workload_dir)].append(leaf)
+    return results
+
+
+def _edition_and_class(leaves: list[Leaf], declared: str) -> tuple[str, str | None]:
+    """Rules 2.1.6: the edition and class every leaf of the row resolves to (class blank otherwise)."""
+    stamped = {leaf.stamped_edition if leaf.stamped_edition != "unknown" else declared for leaf in leaves}
+    edition = stamped.pop() if len(stamped) == 1 else ""
+    classes = set()
+    for leaf in leaves:
+        stamp = leaf.provenance or {}
+        digest = (stamp.get("core_config") or {}).get("hash", "unknown")
+        classes.add(leaf_class(leaf.division, leaf.benchmark, leaf.model, (leaf.metadata or {}).get("accelerator"),
+                               edition, digest))
+    return edition, classes.pop() if len(classes) == 1 and None not in classes else None
+
+
+def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dict[str, Any], dict[str, Any]]:
+    first = leaves[0]
+    rel = first.workload_dir.relative_to(pkg.root).as_posix()
+    edition, klass = _edition_and_class(leaves, editions()["current_edition"])
+    row: dict[str, Any] = {"Organization": org, "Division": division.upper(),
+                           "Benchmark Type": table.BENCHMARK_LABELS[first.benchmark],
+                           "Model": table.MODEL_LABELS.get(first.model, ""), "Rules Edition": edition,
+                           "Comparability Class": klass}
+    row.update(table.system_columns(pkg.root / division / org, first.system))
+    code = table.link((first.pointer or "").strip() or "unknown", "code-images")
+    logs = table.link(first.system, rel)
+    hosts = max((table.leaf_hosts(l) or 0) for l in leaves) or None
+    meta = first.metadata or {}
+    if first.benchmark == "training":
+        values, issues = figures.training(leaves)
+        row.update({"Training - Accelerator Type": meta.get("accelerator"), "Training - # Client Nodes": hosts,
+                    "Training - Code": code, "Training - Logs": logs,
+                    "Training - # Simulated Accelerators": (first.summary or {}).get("num_accelerators"),
+                    "Training - Read B/W (GiB/s)": values["read_bw_gib_s"]})
+    elif first.benchmark == "checkpointing":
+        values, issues = figures.checkpointing(leaves)
+        par = ((meta.get("parameters") or {}).get("model") or {}).get("parallelism") or {}
+        unit = int(par.get("tensor", 1)) * int(par.get("pipeline", 1))
+        ranks = (first.summary or {}).get("num_accelerators")
+        row.update({"Checkpointing - Checkpoint Mode": "subset" if (meta.get("args") or {}).get("checkpoint_subset") else "default",
+                    "Checkpointing - # Client Nodes": hosts,
+                    "Checkpointing - DP Instances": ranks // unit if isinstance(ranks, int) and unit else None,
+                    "Checkpointing - Code": code, "Checkpointing - Logs": logs,
+                    "Checkpointing - Write B/W (GiB/s)": values["write_bw_gib_s"],
+                    "Checkpointing - Write Duration (secs)": values["write_duration_s"],
+                    "Checkpointing - Read B/W (GiB/s)": values["read_bw_gib_s"],
+                    "Checkpointing - Read Duration (secs)": values["read_duration_s"]})
+    elif first.benchmark == "vector_database":
+        values, issues = figures.vector_database(leaves)
+        row.update({"VDB - # Client Nodes": hosts, "VDB - Code": code, "VDB - Logs": logs,
+                    "VDB - Vector Count": values["num_vectors"], "VDB - Vector Dimension": values["dimension"],
+                    "VDB - Index Type": values["index_type"], "VDB - Queries per Sec": values["qps"],
+                    "VDB - Query Latency (ms)": values["p99_latency_ms"],
+                    "VDB - Recall Percentage": values["recall_percentage"], "VDB - Storage IOPs": values["read_iops"],
+                    "VDB - Read B/W (GiB/s)": values["read_bw_gib_s"]})
+    else:
+        values, issues = figures.kv_cache(leaves)
+        row.update({"KVCache - # Client Nodes": hosts, "KVCache - Code": code, "KVCache - Logs": logs})
+        for option, group in table.KV_GROUPS.items():
+            for name, label in table.KV_METRICS.items():
+                row[f"KVCache {group} - {label}"] = values[f"option{option}_{name}"]
+    row["Issues"] = issues
+    detail = {"result": rel, "runs": [l.path.name for l in sorted(leaves, key=lambda l: l.path.name)],
+              "figures": values, "issues": issues}
+    return row, detail
+
+
+def _public_ids(results_dir: Path, keys: list[str], prefix: str) -> dict[str, str]:
+    """Every ID ever minted for this organization (public_ids.json), plus new ones numbered after
+    the highest: an ID stays with its result and a retired one is never reused."""
+    path = results_dir / PUBLIC_IDS
+    pinned: dict[str, str] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    next_id = max((int(v.rsplit("-", 1)[1]) for v in pinned.values()), default=0) + 1
+    for key in keys:
+        if key not in pinned:
+            pinned[key] = f"{prefix}-{next_id:04d}"
+            next_id += 1
+    return pinned
 
 
 def generate(root: Path) -> list[Path]:
-    """Write <mode>/<org>/submission.yaml for every organization in the tree; returns the paths."""
+    """Write every table and manifest of the tree; returns the paths written."""
     pkg = Package.load(root)
-    written = []
+    written: list[Path] = []
+    per_org: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    prefix = f"v{editions()['current_edition']}"
+    for (division, org, workload), leaves in sorted(_group(pkg).items()):
+        row, detail = _row(pkg, division, org, leaves)
+        per_org[(division, org)].append((row, detail, workload, leaves[0].benchmark))
     for division, org, org_dir in pkg.orgs:
-        path = org_dir / "submission.yaml"
-        atomic_write_text(path, yaml.safe_dump(manifest.build(pkg, division, org, org_dir), sort_keys=False))
-        written.append(path)
+        entries = per_org.get((division, org), [])
+        ids = _public_ids(org_dir / "results", [d["result"] for _, d, _, _ in entries], prefix)
+        rows = []
+        for row, detail, workload, benchmark in entries:
+            row["Public ID"] = detail["public_id"] = ids[detail["result"]]
+            target = workload if benchmark == "checkpointing" else workload / "run"
+            written.append(_write(target / "results.json", json.dumps({"rows": [row], **detail}, indent=2, default=str)))
+            rows.append(row)
+        results = org_dir / "results"
+        results.mkdir(parents=True, exist_ok=True)
+        written.append(_write(results / "results.json", json.dumps({"columns": table.COLUMNS, "rows": rows}, indent=2, default=str)))
+        written.append(_write(results / "results.csv", table.to_csv(rows)))
+        if ids:
+            written.append(_write(results / PUBLIC_IDS, json.dumps(ids, indent=2, sort_keys=True)))
+        written.append(_write(org_dir / "submission.yaml",
+                              yaml.safe_dump(manifest.build(pkg, division, org, org_dir), sort_keys=False)))
     return written
+
+
+def _write(path: Path, text: str) -> Path:
+    atomic_write_text(path, text if text.endswith("\n") else text + "\n")
+    return path

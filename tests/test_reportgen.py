@@ -1,0 +1,112 @@
+"""reportgen: figures exactly as the rules define them, on the published data and on our own leaves."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import REALDATA
+from mlpstorage_py.report import reportgen, table
+
+needs_realdata = pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
+NEWFW = "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC"
+ALLUXIO = "closed/Alluxio/results/aws_c7i48xlarge_i3en12xlarge_1c_1s_8a"
+
+
+@pytest.fixture
+def realdata_copy(tmp_path) -> Path:
+    root = tmp_path / "pkg"
+    shutil.copytree(REALDATA / "closed", root / "closed")
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root
+
+
+def expected_read_bw(run_dir: Path) -> float:
+    """Rules 3.3.8 by hand: drop the earliest run (warm-up), mean the rest, MiB -> GiB."""
+    runs = sorted(p for p in run_dir.iterdir() if p.is_dir())
+    assert len(runs) == 6
+    values = [json.loads((r / "summary.json").read_text())["metric"]["train_io_mean_MB_per_second"] for r in runs[1:]]
+    return sum(values) / len(values) / 1024
+
+
+@needs_realdata
+@pytest.mark.parametrize("workload", [f"{NEWFW}/training/unet3d", f"{ALLUXIO}/training/retinanet"])
+def test_training_read_bandwidth_on_published_runs(realdata_copy, workload):
+    reportgen.generate(realdata_copy)
+    result = json.loads((realdata_copy / workload / "run" / "results.json").read_text())
+    assert result["figures"]["read_bw_gib_s"] == pytest.approx(expected_read_bw(realdata_copy / workload / "run"), abs=1e-9)
+    assert result["issues"] == []
+    runs = sorted(p.name for p in (realdata_copy / workload / "run").iterdir() if p.is_dir())
+    assert result["figures"]["warmup_run"] == runs[0] and result["figures"]["measured_runs"] == runs[1:]
+    au = [statistics.fmean(json.loads((realdata_copy / workload / "run" / r / "summary.json").read_text())
+                           ["metric"]["train_au_percentage"]) for r in runs[1:]]
+    assert result["figures"]["train_mean_of_au_percentage"] == pytest.approx(statistics.fmean(au), abs=1e-9)
+
+
+@needs_realdata
+def test_checkpointing_and_kv_figures_on_published_leaves(realdata_copy):
+    reportgen.generate(realdata_copy)
+    ckpt = json.loads((realdata_copy / NEWFW / "checkpointing/llama3-8b/results.json").read_text())["figures"]
+    assert ckpt["write_bw_gib_s"] == 3.076140817854296
+    assert ckpt["read_bw_gib_s"] == 4.983509448925309
+    rows = list(csv.DictReader(open(realdata_copy / "closed/NewFW/results/results.csv")))
+    kv = next(r for r in rows if r["Benchmark Type"] == "KVCache")
+    assert float(kv["KVCache llama3.1-8b Storage Only - Read B/W (GiB/s)"]) == pytest.approx(7.98, abs=0.01)
+    assert float(kv["KVCache llama3.1-8b Storage + Mem - Read B/W (GiB/s)"]) == pytest.approx(1.79, abs=0.01)
+    assert float(kv["KVCache llama3.1-70b Storage Only - Read B/W (GiB/s)"]) == pytest.approx(7.41, abs=0.01)
+    assert kv["KVCache llama3.1-8b Storage Only - P95 Read Latency (ms)"] == ""  # not in the published summary
+    vdb = next(r for r in csv.DictReader(open(realdata_copy / "closed/TTA/results/results.csv")))
+    qps = [57922.4, 57619.8, 58009.7, 59245.4, 57669.3]
+    assert float(vdb["VDB - Queries per Sec"]) == pytest.approx(sum(qps) / 5, abs=0.1)
+    assert float(vdb["VDB - Recall Percentage"]) == pytest.approx(20.9675)
+
+
+@needs_realdata
+def test_csv_keeps_the_fixed_column_order_and_blank_cells(realdata_copy):
+    reportgen.generate(realdata_copy)
+    with open(realdata_copy / "closed/NewFW/results/results.csv") as fh:
+        reader = csv.reader(fh)
+        header = next(reader)
+        rows = list(reader)
+    assert header == table.COLUMNS
+    assert all(len(r) == len(header) for r in rows)
+    training = next(r for r in rows if r[header.index("Benchmark Type")] == "Training")
+    assert training[header.index("Checkpointing - Write B/W (GiB/s)")] == ""
+    assert training[header.index("Model")] == "Unet3D"
+
+
+@needs_realdata
+def test_public_ids_are_pinned_and_never_reused(realdata_copy):
+    reportgen.generate(realdata_copy)
+    ids_path = realdata_copy / "closed/NewFW/results/public_ids.json"
+    first = json.loads(ids_path.read_text())
+    assert sorted(first.values()) == ["v3.0-0001", "v3.0-0002", "v3.0-0003"]
+    shutil.rmtree(realdata_copy / NEWFW / "kv_cache")
+    reportgen.generate(realdata_copy)
+    second = json.loads(ids_path.read_text())
+    assert second == first  # the retired ID stays recorded
+    rows = json.loads((realdata_copy / "closed/NewFW/results/results.json").read_text())["rows"]
+    assert sorted(r["Public ID"] for r in rows) == sorted(v for k, v in first.items() if "kv_cache" not in k)
+
+
+def test_training_result_with_the_wrong_run_count_is_flagged(tmp_path):
+    from mlpstorage_py.report import figures
+    from mlpstorage_py.checker.package import Leaf
+
+    leaves = []
+    for i in range(5):
+        leaf = tmp_path / f"2026010{i + 1}_000000"
+        leaf.mkdir()
+        (leaf / "summary.json").write_text(json.dumps({"metric": {"train_io_mean_MB_per_second": 1024.0 * (i + 1),
+                                                                   "train_au_percentage": [90.0, 92.0]}}))
+        leaves.append(Leaf(leaf, "closed", "O", "s", "training", ("m", "run")))
+    values, issues = figures.training(leaves)
+    assert any("expected 6 training runs" in i for i in issues)
+    assert values["read_bw_gib_s"] == pytest.approx((2 + 3 + 4 + 5) / 4)  # the earliest is still the warm-up
+    assert values["train_mean_of_au_percentage"] == pytest.approx(91.0)
