@@ -50,18 +50,24 @@ class Leaf:
 
     @functools.cached_property
     def metadata(self) -> dict[str, Any] | None:
+        """The *_metadata.json object; None when absent, {"__unreadable__": why} when broken."""
         files = self.metadata_files
-        return read_json(files[0]) if files else None
+        return read_object(files[0]) if files else None
 
     @functools.cached_property
     def summary(self) -> dict[str, Any] | None:
         files = self.files("*summary.json")
-        return read_json(files[0]) if files else None
+        return read_object(files[0]) if files else None
 
     @functools.cached_property
     def provenance(self) -> dict[str, Any] | None:
         path = self.path / "provenance.json"
-        return read_json(path) if path.is_file() else None
+        return read_object(path) if path.is_file() else None
+
+    def broken(self, what: str) -> str | None:
+        """Why the leaf's metadata/summary/provenance cannot be read, or None."""
+        data = getattr(self, what)
+        return data.get("__unreadable__") if isinstance(data, dict) else None
 
     @functools.cached_property
     def pointer(self) -> str | None:
@@ -76,6 +82,12 @@ class Leaf:
 def _links_out(path: Path, root: Path) -> bool:
     """A leaf reached through a symlink is not part of the package: the walk never leaves it."""
     return any(p.is_symlink() for p in [path, *path.parents] if root in p.parents)
+
+
+def read_object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object; any other shape is reported like a parse error."""
+    data = read_json(path)
+    return data if isinstance(data, dict) else {"__unreadable__": f"{path.name}: not a JSON object"}
 
 
 def read_json(path: Path) -> Any:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Iterable
 
 import yaml
 
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.package import Package, read_json
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
@@ -210,3 +211,26 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
         edition = _manifest_edition(pkg, division, org)
         if edition in tables.editions()["editions"] and not tables.checker(edition):
             yield finding("EDN-04", INVALID, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")
+
+
+def _ids(path: Path) -> set[str]:
+    data = read_json(path) if path.is_file() else {}
+    rows = data.get("rows") if isinstance(data, dict) else None
+    return {r["Public ID"] for r in rows or [] if isinstance(r, dict) and r.get("Public ID")}
+
+
+@rule("RPT-01", "rollupTableAgreement")
+def rollup_agreement(pkg: Package) -> Iterable[Finding]:
+    """Public IDs in an organization's rollup and in its workload-level results.json agree."""
+    for division, org, org_dir in pkg.orgs:
+        rollup = org_dir / "results" / "results.json"
+        if not rollup.is_file():
+            continue
+        workload = set()
+        for path in (org_dir / "results").glob("*/**/results.json"):
+            workload |= _ids(path)
+        top = _ids(rollup)
+        for missing in sorted(top - workload):
+            yield finding("RPT-01", INVALID, rollup, f"Public ID {missing} has no workload-level results.json row")
+        for missing in sorted(workload - top):
+            yield finding("RPT-01", INVALID, rollup, f"Public ID {missing} of a workload-level table is not in the rollup")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Iterable
 
 from mlpstorage_py.checker.package import Leaf, Package
-from mlpstorage_py.checker.registry import INVALID, Finding, finding, rule
+from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.rules import tables
 
 GIB = 1024 ** 3
+
+not_applicable("3.3.5", "dataset reachability from every client host leaves no evidence in the package to check")
 
 
 def _training(pkg: Package, command: str) -> list[Leaf]:
@@ -48,7 +51,10 @@ def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
     """A run's num_files_train is at least the minimum recomputed from its summary and metadata."""
     for leaf in _training(pkg, "run"):
         meta, summary = leaf.metadata, leaf.summary
-        if not meta or not summary or "__unreadable__" in summary:
+        for what in ("metadata", "summary"):
+            if leaf.broken(what):
+                yield finding("3.1.2", INVALID, leaf.path, f"cannot recompute the dataset size: {leaf.broken(what)}")
+        if not meta or not summary or leaf.broken("metadata") or leaf.broken("summary"):
             continue
         params = meta.get("parameters") or {}
         dataset, reader = params.get("dataset") or {}, params.get("reader") or {}
@@ -73,7 +79,10 @@ def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
     """Each run's mean AU meets the model's minimum and DLIO judged it a success."""
     for leaf in _training(pkg, "run"):
         summary = leaf.summary
-        if not summary or "__unreadable__" in summary:
+        if summary is None:
+            continue
+        if leaf.broken("summary"):
+            yield finding("3.3.2", INVALID, leaf.path, f"no AU to check: {leaf.broken('summary')}")
             continue
         metric = summary.get("metric") or {}
         minimum = _checker_block(leaf)["training_au_thresholds"].get(leaf.model)
@@ -87,3 +96,219 @@ def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
             yield finding("3.3.2", INVALID, leaf.path, f"mean AU {au:.2f}% is below the {minimum * 100:g}% minimum for {leaf.model}")
         if metric.get("train_au_meet_expectation") != "success":
             yield finding("3.3.2", INVALID, leaf.path, f"train_au_meet_expectation is {metric.get('train_au_meet_expectation')!r}, not 'success'")
+
+
+def _dataset(leaf: Leaf) -> dict:
+    return ((leaf.metadata or {}).get("parameters") or {}).get("dataset") or {}
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _datasize_for(pkg: Package, run: Leaf) -> tuple[Leaf | None, str | None]:
+    """Rules 3.3.1 pairing: the datasize leaf whose data_dir equals the run's (or the only one)."""
+    sized = [l for l in _training(pkg, "datasize") if l.workload_dir == run.workload_dir and l.metadata]
+    if len(sized) == 1:
+        return sized[0], None
+    data_dir = ((run.metadata or {}).get("args") or {}).get("data_dir")
+    matching = [l for l in sized if ((l.metadata or {}).get("args") or {}).get("data_dir") == data_dir]
+    if len(matching) == 1:
+        return matching[0], None
+    if not matching:
+        return None, f"no datasize leaf records data_dir {data_dir!r}"
+    return None, f"{len(matching)} datasize leaves record data_dir {data_dir!r}"
+
+
+@rule("3.2.1", "trainingDatagenMinimumSize")
+def datagen_minimum(pkg: Package) -> Iterable[Finding]:
+    """Datagen generated at least as many files as datasize calculated."""
+    for gen in _training(pkg, "datagen"):
+        generated = _int(_dataset(gen).get("num_files_train"))
+        for sized in (l for l in _training(pkg, "datasize") if l.workload_dir == gen.workload_dir):
+            needed = _int(_dataset(sized).get("num_files_train"))
+            if generated is not None and needed is not None and generated < needed:
+                yield finding("3.2.1", INVALID, gen.path, f"datagen made {generated} files, datasize {sized.path.name} asked for {needed}")
+
+
+@rule("3.3.1", "trainingRunDataMatchesDatasize")
+def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
+    """datasize.num_files_train <= run's num_files_train <= datagen's; manifests agree."""
+    for run in _training(pkg, "run"):
+        used = _int((run.summary or {}).get("num_files_train"))
+        if used is None:
+            continue
+        sized, problem = _datasize_for(pkg, run)
+        if problem and _training(pkg, "datasize"):
+            yield finding("3.3.1", INVALID, run.path, problem)
+        if sized is not None:
+            needed = _int(_dataset(sized).get("num_files_train"))
+            if needed is not None and used < needed:
+                yield finding("3.3.1", INVALID, run.path, f"run used {used} files, datasize {sized.path.name} recorded {needed}")
+        generated = [_int(_dataset(g).get("num_files_train")) for g in _training(pkg, "datagen")
+                     if g.workload_dir == run.workload_dir]
+        if generated and all(g is not None for g in generated) and used > max(generated):
+            yield finding("3.3.1", INVALID, run.path, f"run used {used} files, datagen made only {max(generated)}")
+        declared = (run.metadata or {}).get("datagen_manifest_file")
+        if declared:
+            path = run.path / declared
+            manifest = read_json_file(path)
+            if manifest is None:
+                yield finding("3.3.1", INVALID, run.path, f"metadata declares {declared} but it is missing or unreadable")
+                continue
+            source = Path(str(manifest.get("source_datagen_result_dir", ""))).name
+            gens = {g.path.name: g for g in _training(pkg, "datagen") if g.workload_dir == run.workload_dir}
+            if source not in gens:
+                yield finding("3.3.1", INVALID, run.path, f"{declared} names datagen {source!r}, not a datagen leaf of this workload")
+            elif _int(_dataset(gens[source]).get("num_files_train")) != _int(manifest.get("num_files_train")):
+                yield finding("3.3.1", INVALID, run.path, f"{declared} num_files_train differs from datagen {source}")
+            elif used > (_int(manifest.get("num_files_train")) or 0):
+                yield finding("3.3.1", INVALID, run.path, f"run used {used} files, more than the manifest's {manifest.get('num_files_train')}")
+
+
+def read_json_file(path: Path) -> dict | None:
+    from mlpstorage_py.checker.package import read_json
+
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    return None if not isinstance(data, dict) or "__unreadable__" in data else data
+
+
+def _hosts(leaf: Leaf) -> int:
+    return _int((leaf.summary or {}).get("num_hosts")) or 1
+
+
+def _system(pkg: Package, leaf: Leaf) -> dict:
+    import yaml
+
+    path = pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml"
+    try:
+        return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system_under_test") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+@rule("3.3.3", "trainingSingleHostSimulatedAccelerators")
+def single_host_accelerators(pkg: Package) -> Iterable[Finding]:
+    """A single-host run simulating fewer than 4 accelerators draws a warning."""
+    for run in _training(pkg, "run"):
+        count = _int((run.summary or {}).get("num_accelerators"))
+        if _hosts(run) == 1 and count is not None and count < 4:
+            yield finding("3.3.3", WARNING, run.path, f"single-host run simulates {count} accelerator(s), fewer than 4")
+
+
+@rule("3.3.4", "trainingSingleHostClientLimit")
+def single_host_client_limit(pkg: Package) -> Iterable[Finding]:
+    """A system declared single-host (capabilities.multi_host false) has no multi-client run."""
+    for run in _training(pkg, "run"):
+        capabilities = ((_system(pkg, run).get("solution") or {}).get("capabilities") or {})
+        if capabilities.get("multi_host") is False and _hosts(run) > 1:
+            yield finding("3.3.4", INVALID, run.path, f"single-host system but the run used {_hosts(run)} client hosts")
+
+
+@rule("3.3.6", "trainingIdenticalAcceleratorsPerNode")
+def identical_accelerators(pkg: Package) -> Iterable[Finding]:
+    """A distributed run spreads its accelerators evenly over its hosts."""
+    for run in _training(pkg, "run"):
+        count, hosts = _int((run.summary or {}).get("num_accelerators")), _hosts(run)
+        if hosts > 1 and count is not None and count % hosts:
+            yield finding("3.3.6", INVALID, run.path, f"{count} accelerators cannot be identical across {hosts} hosts")
+
+
+def _host_records(leaf: Leaf) -> list[dict]:
+    meta = leaf.metadata or {}
+    for block in (meta.get("cluster_information"), meta.get("system_info")):
+        if isinstance(block, dict) and isinstance(block.get("hosts"), list):
+            return [h for h in block["hosts"] if isinstance(h, dict)]
+    return []
+
+
+@rule("3.3.7", "trainingNodeCapabilityConsistency")
+def node_capability(pkg: Package) -> Iterable[Finding]:
+    """Hosts of a distributed run differ by at most 1.5x in memory and cores (else a warning)."""
+    for run in _training(pkg, "run"):
+        hosts = _host_records(run)
+        memory = [h.get("memory_total_bytes") or (h.get("memory") or {}).get("total") for h in hosts]
+        cores = [h.get("cpu_count") or (h.get("cpu") or {}).get("num_cores") for h in hosts]
+        for label, values in (("memory", memory), ("CPU cores", cores)):
+            values = [v for v in values if isinstance(v, (int, float)) and v > 0]
+            if len(values) > 1 and max(values) / min(values) > 1.5:
+                yield finding("3.3.7", WARNING, run.path, f"client {label} differ by {max(values) / min(values):.2f}x (> 1.5)")
+        issues = ((run.metadata or {}).get("system_info") or {}).get("host_consistency_issues")
+        if issues:
+            yield finding("3.3.7", WARNING, run.path, f"host consistency issues recorded: {issues}")
+
+
+@rule("3.3.8", "trainingResultAggregation")
+def result_aggregation(pkg: Package) -> Iterable[Finding]:
+    """No measured run of a workload has an empty per-epoch metric list."""
+    from mlpstorage_py.report.figures import training as training_figures
+
+    by_workload: dict[Path, list[Leaf]] = {}
+    for run in _training(pkg, "run"):
+        by_workload.setdefault(run.workload_dir, []).append(run)
+    for workload, runs in by_workload.items():
+        _, issues = training_figures(runs)
+        for issue in issues:
+            if "is empty" in issue:
+                yield finding("3.3.8", INVALID, workload, issue)
+
+
+@rule("3.4.1", "trainingMlpstoragePathArgs")
+def path_args(pkg: Package) -> Iterable[Finding]:
+    """A run records both a data directory and a results directory, and they differ."""
+    for run in _training(pkg, "run"):
+        args = (run.metadata or {}).get("args")
+        if not isinstance(args, dict):
+            continue
+        data, results = args.get("data_dir"), args.get("results_dir")
+        if not data or not results:
+            yield finding("3.4.1", INVALID, run.path, "args lacks data_dir or results_dir")
+        elif Path(str(data)).resolve() == Path(str(results)).resolve():
+            yield finding("3.4.1", INVALID, run.path, "data_dir and results_dir are the same directory")
+
+
+@rule("3.4.2", "trainingMlpstorageFilesystemCheck")
+def filesystem_check(pkg: Package) -> Iterable[Finding]:
+    """Each run carries fs_separation.json with same_filesystem false (or a df listing); object-API systems are exempt."""
+    for run in _training(pkg, "run"):
+        api = ((_system(pkg, run).get("solution") or {}).get("architecture") or {}).get("benchmark_API")
+        if api == "object":
+            continue
+        record = read_json_file(run.path / "fs_separation.json")
+        if record is not None:
+            if record.get("same_filesystem") is not False:
+                yield finding("3.4.2", INVALID, run.path, "fs_separation.json shows the data and results on one filesystem")
+            continue
+        stdout = run.path / "training_run.stdout.log"
+        text = stdout.read_text(encoding="utf-8", errors="replace") if stdout.is_file() else ""
+        if "Filesystem" not in text or "Mounted on" not in text:
+            yield finding("3.4.2", INVALID, run.path, "no fs_separation.json and no df listing in training_run.stdout.log")
+
+
+def _overrides_outside(leaf: Leaf, division: str) -> list[str]:
+    allowed = tables.param_allowlist("training", division) | tables.tool_injected_params("training")
+    overrides = (leaf.metadata or {}).get("override_parameters") or {}
+    return sorted(k for k in overrides if k not in allowed) if isinstance(overrides, dict) else []
+
+
+@rule("3.6.2", "trainingClosedSubmissionParameters")
+def closed_parameters(pkg: Package) -> Iterable[Finding]:
+    """CLOSED training leaves override only the CLOSED tunables."""
+    for leaf in pkg.leaves:
+        if leaf.benchmark == "training" and leaf.division == "closed":
+            for key in _overrides_outside(leaf, "closed"):
+                yield finding("3.6.2", INVALID, leaf.path, f"{key} is not a CLOSED tunable")
+
+
+@rule("3.6.3", "trainingOpenSubmissionParameters")
+def open_parameters(pkg: Package) -> Iterable[Finding]:
+    """OPEN training leaves override only the CLOSED and OPEN tunables."""
+    for leaf in pkg.leaves:
+        if leaf.benchmark == "training" and leaf.division == "open":
+            for key in _overrides_outside(leaf, "open"):
+                yield finding("3.6.3", INVALID, leaf.path, f"{key} is not an OPEN tunable")
