@@ -123,6 +123,17 @@ class Package:
                                 pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
         return pkg
 
+    @functools.cached_property
+    def _index(self) -> dict[tuple[Path, str], list[Leaf]]:
+        index: dict[tuple[Path, str], list[Leaf]] = {}
+        for leaf in self.leaves:
+            index.setdefault((leaf.workload_dir, leaf.command), []).append(leaf)
+        return index
+
+    def in_workload(self, workload: Path, command: str) -> list[Leaf]:
+        """The leaves of one phase of one workload directory (kept linear for large packages)."""
+        return self._index.get((workload, command), [])
+
     def results(self) -> list[Path]:
         """Workload directories holding leaves (Rules 1.3 results), in order."""
         return sorted({leaf.workload_dir for leaf in self.leaves})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from pathlib import Path
@@ -111,7 +112,7 @@ def _int(value: object) -> int | None:
 
 def _datasize_for(pkg: Package, run: Leaf) -> tuple[Leaf | None, str | None]:
     """Rules 3.3.1 pairing: the datasize leaf whose data_dir equals the run's (or the only one)."""
-    sized = [l for l in _training(pkg, "datasize") if l.workload_dir == run.workload_dir and l.metadata]
+    sized = [l for l in pkg.in_workload(run.workload_dir, "datasize") if l.metadata]
     if len(sized) == 1:
         return sized[0], None
     data_dir = ((run.metadata or {}).get("args") or {}).get("data_dir")
@@ -128,7 +129,7 @@ def datagen_minimum(pkg: Package) -> Iterable[Finding]:
     """Datagen generated at least as many files as datasize calculated."""
     for gen in _training(pkg, "datagen"):
         generated = _int(_dataset(gen).get("num_files_train"))
-        for sized in (l for l in _training(pkg, "datasize") if l.workload_dir == gen.workload_dir):
+        for sized in pkg.in_workload(gen.workload_dir, "datasize"):
             needed = _int(_dataset(sized).get("num_files_train"))
             if generated is not None and needed is not None and generated < needed:
                 yield finding("3.2.1", INVALID, gen.path, f"datagen made {generated} files, datasize {sized.path.name} asked for {needed}")
@@ -142,14 +143,13 @@ def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
         if used is None:
             continue
         sized, problem = _datasize_for(pkg, run)
-        if problem and _training(pkg, "datasize"):
+        if problem and pkg.in_workload(run.workload_dir, "datasize"):
             yield finding("3.3.1", INVALID, run.path, problem)
         if sized is not None:
             needed = _int(_dataset(sized).get("num_files_train"))
             if needed is not None and used < needed:
                 yield finding("3.3.1", INVALID, run.path, f"run used {used} files, datasize {sized.path.name} recorded {needed}")
-        generated = [_int(_dataset(g).get("num_files_train")) for g in _training(pkg, "datagen")
-                     if g.workload_dir == run.workload_dir]
+        generated = [_int(_dataset(g).get("num_files_train")) for g in pkg.in_workload(run.workload_dir, "datagen")]
         if generated and all(g is not None for g in generated) and used > max(generated):
             yield finding("3.3.1", INVALID, run.path, f"run used {used} files, datagen made only {max(generated)}")
         declared = (run.metadata or {}).get("datagen_manifest_file")
@@ -160,7 +160,7 @@ def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
                 yield finding("3.3.1", INVALID, run.path, f"metadata declares {declared} but it is missing or unreadable")
                 continue
             source = Path(str(manifest.get("source_datagen_result_dir", ""))).name
-            gens = {g.path.name: g for g in _training(pkg, "datagen") if g.workload_dir == run.workload_dir}
+            gens = {g.path.name: g for g in pkg.in_workload(run.workload_dir, "datagen")}
             if source not in gens:
                 yield finding("3.3.1", INVALID, run.path, f"{declared} names datagen {source!r}, not a datagen leaf of this workload")
             elif _int(_dataset(gens[source]).get("num_files_train")) != _int(manifest.get("num_files_train")):
@@ -183,9 +183,14 @@ def _hosts(leaf: Leaf) -> int:
 
 
 def _system(pkg: Package, leaf: Leaf) -> dict:
+    return _system_yaml(pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml")
+
+
+@functools.lru_cache(maxsize=256)
+def _system_yaml(path: Path) -> dict:
+    """systems/<system>.yaml's system_under_test block, read once per file."""
     import yaml
 
-    path = pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml"
     try:
         return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system_under_test") or {}
     except (OSError, yaml.YAMLError, AttributeError):
