@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Per-rank launcher for kv-cache.py under MPI (rules 6.3.3.1 and 6.3.3.3).
+
+mpirun starts one wrapper per rank. The wrapper finds its rank, derives the seed (base seed +
+rank) and the rank's private paths, and replaces itself with kv-cache.py:
+
+    mpirun -n 4 python mlperf_wrapper.py --rank-output-base OUT --rank-cache-base CACHE \\
+        --seed-base 42 -- --model llama3.1-8b --num-users 200 ...
+
+    output: OUT/rank_<N>/kvcache_results_<timestamp>.json
+    cache:  CACHE/rank_<N>/
+
+Every workload argument after the wrapper's own is forwarded verbatim; the wrapper encodes
+no workload parameters. `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
+visible with that content on this rank's host (the shared results directory check, 6.3.3.4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
+RESERVED = ("--seed", "--output", "--cache-dir")
+
+
+def detect_rank(env: dict[str, str] | None = None) -> int:
+    """This process's MPI rank from the launcher's environment (Open MPI, PMIx, MPICH/PMI,
+    MVAPICH, Slurm), else 0."""
+    env = os.environ if env is None else env
+    for name in RANK_VARIABLES:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="mlperf_wrapper.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rank-output-base", help="directory receiving rank_<N>/kvcache_results_<ts>.json")
+    parser.add_argument("--rank-cache-base", help="directory receiving each rank's cache dir rank_<N>/")
+    parser.add_argument("--seed-base", type=int, default=42, help="base seed; rank N uses base + N (default 42)")
+    parser.add_argument("--timestamp", help="timestamp in the output file name (default: now)")
+    parser.add_argument("--kv-cache", default=str(HERE / "kv-cache.py"), help="kv-cache.py to run")
+    parser.add_argument("--probe-shared", help="only check that this file exists here with --probe-token as content")
+    parser.add_argument("--probe-token", default="")
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        forwarded = argv[cut + 1:]
+    else:
+        args, forwarded = parser.parse_known_args(argv)
+    return args, forwarded
+
+
+def probe(path: str, token: str, rank: int) -> int:
+    host = socket.gethostname()
+    try:
+        content = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        print(f"rank {rank} on {host}: {path} is not visible ({exc.strerror})", file=sys.stderr)
+        return 1
+    if content != token:
+        print(f"rank {rank} on {host}: {path} holds different content (another file system at the same path)", file=sys.stderr)
+        return 1
+    print(f"rank {rank} on {host}: {path} visible")
+    return 0
+
+
+def kv_cache_argv(args: argparse.Namespace, forwarded: list[str], rank: int) -> list[str]:
+    for token in forwarded:
+        if token.split("=")[0] in RESERVED:
+            raise SystemExit(f"mlperf_wrapper.py: error: {token.split('=')[0]} is set by the wrapper per rank; "
+                             "pass --seed-base / --rank-output-base / --rank-cache-base instead")
+    if not args.rank_output_base or not args.rank_cache_base:
+        raise SystemExit("mlperf_wrapper.py: error: --rank-output-base and --rank-cache-base are required")
+    stamp = args.timestamp or time.strftime("%Y%m%d_%H%M%S")
+    out_dir = Path(args.rank_output_base) / f"rank_{rank}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir = Path(args.rank_cache_base) / f"rank_{rank}"
+    return [sys.executable, args.kv_cache, *forwarded, "--seed", str(args.seed_base + rank),
+            "--output", str(out_dir / f"kvcache_results_{stamp}.json"), "--cache-dir", str(cache_dir)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, forwarded = parse(list(sys.argv[1:] if argv is None else argv))
+    rank = detect_rank()
+    if args.probe_shared:
+        return probe(args.probe_shared, args.probe_token, rank)
+    command = kv_cache_argv(args, forwarded, rank)
+    sys.stdout.flush()
+    os.execv(command[0], command)  # the rank becomes kv-cache.py: its exit status is the rank's
+    return 127  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())
