@@ -26,7 +26,8 @@ test: $(STAMP)
 
 # A small end-to-end demo in build/demo: a fresh results tree; a CLOSED training datasize;
 # a tiny OPEN unet3d datagen + run through DLIO under mpirun (a few MiB, sizes overridden, so
-# recorded as INVALID); a scaled-down llama3-8b checkpoint write + read; the submission manifest;
+# recorded as INVALID); a scaled-down llama3-8b checkpoint write + read; a 2-second, 2-rank KV
+# cache run of all three Options (cache on /dev/shm, another filesystem); the reports;
 # and the validator, which explains why the tiny runs are not a valid CLOSED submission.
 MLPS := XDG_CONFIG_HOME=$(abspath $(DEMO))/config MLPSTORAGE_SYSTEMNAME=demo-system $(VENV)/bin/mlpstorage
 TINY := dataset.record_length_bytes=262144 dataset.record_length_bytes_stdev=0 dataset.record_length_bytes_resize=0 \
@@ -44,6 +45,10 @@ demo: $(STAMP)
 	$(MLPS) open training unet3d run -at b200 -na 2 -cm 1 --data-dir $(DEMO)/data -aip --params $(TINY)
 	$(MLPS) open checkpointing llama3-8b run -np 2 -at b200 -cm 1 --checkpoint-folder $(DEMO)/checkpoints \
 		-ncw 2 -ncr 2 --params $(TINY_LLAMA)
+	mkdir -p /dev/shm/mlps-demo-kvcache
+	$(MLPS) open kvcache run -np 2 --cache-dir /dev/shm/mlps-demo-kvcache --model tiny-1b --num-users 3 \
+		--duration 2 --trials 1 --inter-option-delay 0
+	rm -rf /dev/shm/mlps-demo-kvcache
 	$(MLPS) reports reportgen
 	$(MLPS) validate || echo "(validate exits 1 above: the tiny OPEN demo runs are deliberately not a valid submission)"
 	@echo "demo results tree: $(DEMO)/results"
