@@ -56,6 +56,7 @@ def run(bench: Benchmark) -> int:
         results_dir, source = resolve_results_dir(req.arg("results_dir"))
         log.debug(f"results-dir: {results_dir} (from {source})")
         org = require_org(results_dir)
+        req.args["results_dir"] = str(results_dir)  # the metadata records where results went (Rules 3.4.1, 4.4.1)
         bench.results_dir = results_dir
         bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
     plan = bench.plan()
@@ -110,8 +111,9 @@ def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] 
     record = fs_probe.probe(plan.data_dir, results_dir)
     if record["same_filesystem"] and req.mode == "closed" and req.command != "datasize" \
             and not req.arg("skip_fs_separation_gate", False):
+        rule = {"training": "3.4.2", "checkpointing": "4.4.2", "vector_database": "5.4.2"}.get(bench.family, "")
         raise GateRefused(f"data directory {plan.data_dir} and results directory {results_dir} are on the same filesystem "
-                          "(Rules 3.4.2/4.4.2); put them on different filesystems")
+                          f"(Rules {rule}); put them on different filesystems")
     return record
 
 

@@ -47,7 +47,11 @@ def code_images(pkg: Package) -> Iterable[Finding]:
         if not stamp_path.is_file():
             yield finding("2.1.6", INVALID, image, f"no {code_image.HASH_FILE}")
             continue
-        recorded = json.loads(stamp_path.read_text(encoding="utf-8")).get("hash", "")
+        stamp = read_json(stamp_path)
+        recorded = stamp.get("hash") if isinstance(stamp, dict) else None
+        if not isinstance(recorded, str):
+            yield finding("2.1.6", INVALID, stamp_path, "unreadable .code-hash.json or no \"hash\" in it")
+            continue
         if not recorded.startswith(image.name[len("code-"):]):
             yield finding("2.1.6", INVALID, image, f"recorded hash {recorded} does not begin with the directory's {image.name}")
         if len(list(image.iterdir())) == 1:

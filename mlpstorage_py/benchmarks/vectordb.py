@@ -1,0 +1,683 @@
+"""Vector database (Milvus): datasize estimates, datagen (load + index build) and query runs
+with recall measured against exact ground truth (Rules 5.1-5.6).
+
+The backend is the embedded Milvus Lite (its database under --storage-root) unless --host
+names a Milvus server. Nothing is substituted: an index the backend cannot build is refused
+before any work, the index type and parameters the server reports are checked against the
+request, and a run only reports figures when every row is searched through the named index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
+from mlpstorage_py.results.io import read_json, write_json
+from mlpstorage_py.results.logs import log
+from mlpstorage_py.rules.tables import checker, workloads as rules_workloads
+from mlpstorage_py.vectordb import VECTOR_FIELD, families
+
+METRICS = ("COSINE", "L2", "IP")
+DISTRIBUTIONS = ("uniform", "normal", "zipfian")
+RUN_MODES = ("timed", "query_count")
+MAX_DIM = 32768
+DEFAULT_RUNTIME = 60
+DEFAULT_QUERIES = 1000
+# OPEN-only flags and the value CLOSED runs with (a different value makes the run OPEN).
+OPEN_DEFAULTS = {"host": None, "port": None, "seed": 42, "distribution": "uniform", "search_limit": 10,
+                 "num_query_vectors": 1000, "compact": False, "nlist": None}
+
+
+def tool_config() -> dict[str, Any]:
+    with open(workloads.configs_dir() / "vectordb" / "default.yaml", encoding="utf-8") as fh:
+        return yaml.safe_load(fh)["vector_database"]
+
+
+def scale_name(n: int) -> str:
+    for unit, size in (("b", 10**9), ("m", 10**6), ("k", 10**3)):
+        if n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def default_collection(ds: dict[str, Any], index_type: str) -> str:
+    return (f"mlps_{scale_name(int(ds['num_vectors']))}_{int(ds['num_shards'])}shards_{int(ds['dimension'])}dim_"
+            f"{ds.get('distribution', 'uniform')}_{index_type.lower()}")
+
+
+def _int(section: dict[str, Any], key: str, where: str, minimum: int = 1) -> int:
+    value = section.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UsageError(f"{where}.{key} must be an integer, got {value!r}")
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise UsageError(f"{where}.{key} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise UsageError(f"{where}.{key} must be at least {minimum}, got {number}")
+    section[key] = number
+    return number
+
+
+class VectorDBBenchmark(Benchmark):
+    benchmark_type = "vector_database"
+    family = "vector_database"
+    engine = "pymilvus / Milvus"
+
+    def __init__(self, request) -> None:
+        super().__init__(request)
+        self.config = tool_config()
+        from mlpstorage_py.vectordb.backend import package_version
+
+        pymilvus = package_version("pymilvus")
+        if request.arg("host") or request.arg("port"):
+            where = f"{request.arg('host') or '127.0.0.1'}:{request.arg('port') or 19530}"
+            self.engine = f"pymilvus {pymilvus} / Milvus server at {where}"
+        else:
+            self.engine = f"pymilvus {pymilvus} / Milvus Lite {package_version('milvus-lite')}"
+
+    def leaf_tail(self) -> Path:
+        req = self.request
+        return Path("vector_database") / req.arg("vdb_engine", "milvus") / req.model / req.command
+
+    # -- plan ---------------------------------------------------------------------------
+    def plan(self) -> Plan:
+        req = self.request
+        given = req.arg("index_type")
+        if given and given.upper() != req.model:
+            raise UsageError(f"--index-type {given} differs from the <INDEX> positional {req.model}")
+        overrides, verification = self.overrides()
+        parameters = self._resolve(workloads.apply_overrides(self._from_flags(), overrides), overrides)
+        if verification == "CLOSED" and self._open_choices(parameters):
+            verification = "OPEN"
+        storage_root = parameters.get("storage", {}).get("storage_root")
+        data_dir = Path(storage_root) if storage_root and req.storage == "file" else None
+        processes = parameters["run"]["num_query_processes"] if req.command == "run" else 1
+        plan = Plan(parameters=parameters, num_processes=int(processes), override_parameters=overrides,
+                    verification=verification, data_dir=data_dir)
+        plan.engine_parameters = {"engine": self.engine, "backend": self._backend_kind(parameters)}
+        plan.report = self._report(parameters)
+        return plan
+
+    def _backend_kind(self, p: dict[str, Any]) -> str:
+        return "milvus-server" if p["database"].get("host") else "milvus-lite"
+
+    def _from_flags(self) -> dict[str, Any]:
+        req, a = self.request, self.request.arg
+        index_type = req.model
+        p: dict[str, Any] = {
+            "database": {"database": a("vdb_engine", "milvus")},
+            "dataset": {"num_vectors": a("num_vectors"), "dimension": a("dimension"), "num_shards": a("num_shards"),
+                        "vector_dtype": a("vector_dtype", "FLOAT_VECTOR")},
+            "index": {"index_type": index_type},
+        }
+        if req.command in ("datasize", "datagen"):
+            p["index"]["metric_type"] = a("metric_type", "COSINE")
+            candidates = {"M": a("max_degree"), "ef_construction": a("ef_construction"), "max_degree": a("max_degree"),
+                          "search_list_size": a("search_list_size"), "inline_pq": a("inline_pq"), "nlist": a("nlist")}
+            for key in families.family(index_type).build:
+                if candidates[key] is not None:
+                    p["index"][key] = candidates[key]
+        if req.command in ("datagen", "run"):
+            if a("host") or a("port"):  # either selects a server; neither, the embedded Milvus Lite
+                p["database"].update(host=a("host") or "127.0.0.1", port=a("port") or 19530)
+            p["dataset"].update(collection_name=a("collection"), distribution=a("distribution", "uniform"),
+                                seed=a("seed", 42))
+            root = a("data_dir")
+            p["storage"] = {"storage_root": str(Path(root).expanduser().resolve()) if root else None,
+                            "storage_type": a("storage_type", "local_fs")}
+        elif a("data_dir"):
+            p["storage"] = {"storage_root": str(Path(a("data_dir")).expanduser().resolve())}
+        if req.command == "datagen":
+            p["dataset"].update(batch_size=a("batch_size"), chunk_size=a("chunk_size"))
+            p["workflow"] = {"compact": bool(a("compact", False)), "force": bool(a("force", False))}
+        if req.command == "run":
+            p["run"] = {"mode": a("run_mode"), "runtime": a("runtime"), "queries": a("queries"),
+                        "num_query_processes": a("num_query_processes", 1), "batch_size": a("batch_size", 1),
+                        "report_count": a("report_count", 100)}
+            limit = a("search_limit", 10)
+            p["search"] = {"search_limit": limit, "recall_k": limit, "search_ef": a("search_ef"),
+                           "num_query_vectors": a("num_query_vectors", 1000)}
+        return p
+
+    def _resolve(self, p: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
+        """Validate and type what flags and --params produced; fill derived values."""
+        req = self.request
+        index_type = str(p["index"].get("index_type", "")).upper()
+        if index_type != req.model:
+            raise UsageError(f"index.index_type {p['index'].get('index_type')} differs from the <INDEX> positional {req.model}")
+        p["index"]["index_type"] = index_type
+        fam = families.family(index_type)
+        if p["database"].get("database") != "milvus":
+            raise NotAvailable(f"database.database={p['database'].get('database')}: only milvus is in this build")
+        ds = p["dataset"]
+        n = _int(ds, "num_vectors", "dataset")
+        dim = _int(ds, "dimension", "dataset", 2)
+        if dim > MAX_DIM:
+            raise UsageError(f"dataset.dimension {dim} is above Milvus' FLOAT_VECTOR limit of {MAX_DIM}")
+        _int(ds, "num_shards", "dataset")
+        if ds.get("vector_dtype") != "FLOAT_VECTOR":
+            raise UsageError(f"dataset.vector_dtype {ds.get('vector_dtype')} is not supported (FLOAT_VECTOR only)")
+        index = p["index"]
+        for key in families.ALL_BUILD_KEYS:
+            if key in index and key not in fam.build:
+                log.warning(f"index.{key} does not apply to {index_type}; ignored")
+                index.pop(key)
+        if req.command in ("datasize", "datagen"):
+            index["metric_type"] = str(index.get("metric_type", "COSINE")).upper()
+            if index["metric_type"] not in METRICS:
+                raise UsageError(f"index.metric_type {index['metric_type']} is not one of {', '.join(METRICS)}")
+            if "nlist" in fam.build and index.get("nlist") is None:
+                index["nlist"] = families.default_nlist(n)
+            for key in fam.build:
+                _int(index, key, "index")
+            if index_type == "AISAQ" and index["inline_pq"] > index["max_degree"]:
+                raise UsageError(f"index.inline_pq {index['inline_pq']} cannot exceed index.max_degree {index['max_degree']}")
+        if req.command in ("datagen", "run"):
+            if ds.get("distribution") not in DISTRIBUTIONS:
+                raise UsageError(f"dataset.distribution {ds.get('distribution')} is not one of {', '.join(DISTRIBUTIONS)}")
+            _int(ds, "seed", "dataset", 0)
+            if not ds.get("collection_name"):
+                ds["collection_name"] = default_collection(ds, index_type)
+            name = str(ds["collection_name"])
+            if not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name) or len(name) > 255:
+                raise UsageError(f"collection name {name!r}: Milvus allows letters, digits and _, starting with a letter or _")
+            storage = p.setdefault("storage", {})
+            if storage.get("storage_type", "local_fs") != "local_fs":
+                raise NotAvailable(f"storage.storage_type={storage.get('storage_type')}: only local_fs is in this build "
+                                   "(object storage behind Milvus is configured on the server)")
+            if "port" in p["database"]:
+                _int(p["database"], "port", "database")
+        if req.command == "datagen":
+            _int(ds, "batch_size", "dataset")
+            _int(ds, "chunk_size", "dataset")
+        if req.command == "run":
+            self._resolve_run(p, fam)
+        return p
+
+    def _resolve_run(self, p: dict[str, Any], fam: families.Family) -> None:
+        run, search = p["run"], p["search"]
+        mode = run.get("mode")
+        if mode is None:
+            mode = "query_count" if run.get("queries") is not None else "timed"
+        if mode not in RUN_MODES:
+            raise UsageError(f"run.mode {mode} is not one of {', '.join(RUN_MODES)}")
+        run["mode"] = mode
+        if mode == "timed":
+            if run.get("queries") is not None:
+                raise UsageError("--queries belongs to query_count mode; timed mode takes --runtime")
+            run["runtime"] = run.get("runtime") or DEFAULT_RUNTIME
+            _int(run, "runtime", "run")
+            run["queries"] = None
+        else:
+            if run.get("runtime") is not None:
+                raise UsageError("--runtime belongs to timed mode; query_count mode takes --queries")
+            run["queries"] = run.get("queries") or DEFAULT_QUERIES
+            _int(run, "queries", "run")
+            run["runtime"] = None
+        for key in ("num_query_processes", "batch_size", "report_count"):
+            _int(run, key, "run")
+        k = _int(search, "search_limit", "search")
+        search["recall_k"] = k
+        _int(search, "num_query_vectors", "search")
+        if fam.search_key is None:
+            search["search_ef"] = None
+        else:
+            if search.get("search_ef") is None:
+                search["search_ef"] = fam.default_search
+            ef = _int(search, "search_ef", "search")
+            if fam.search_at_least_k and ef < k:
+                raise UsageError(f"--search-ef {ef} is below the top-K {k}: Milvus needs {fam.name} "
+                                 f"{fam.search_key} >= top-K")
+        search["search_params"] = families.search_params(fam.name, search["search_ef"])
+
+    def _open_choices(self, p: dict[str, Any]) -> list[str]:
+        """What makes this configuration OPEN: an OPEN-only index or flag value."""
+        reasons = []
+        if self.request.model not in rules_workloads()["vector_database"]["index_types"]["closed"]:
+            reasons.append(f"index {self.request.model}")
+        for name, default in OPEN_DEFAULTS.items():
+            value = self.request.arg(name)
+            if value is not None and value != default:
+                reasons.append(f"--{name.replace('_', '-')} {value}")
+        return reasons
+
+    def _report(self, p: dict[str, Any]) -> list[str]:
+        req, ds, index = self.request, p["dataset"], p["index"]
+        backend = (f"Milvus server {p['database']['host']}:{p['database']['port']}" if p["database"].get("host")
+                   else f"Milvus Lite (embedded) under {p.get('storage', {}).get('storage_root') or '<--storage-root>'}")
+        build = {k: v for k, v in index.items() if k not in ("index_type",)}
+        lines = []
+        if req.command == "datasize":
+            size = families.datasize(req.model, ds["num_vectors"], ds["dimension"], ds["num_shards"], index)
+            ds["total_disk_bytes"] = size["total_bytes"]
+            self._datasize = size
+            gib = 2**30
+            lines += [f"{req.model} datasize for {ds['num_vectors']:,} x {ds['dimension']} float32 vectors, "
+                      f"{ds['num_shards']} shard(s):",
+                      f"  raw vectors      : {size['raw_vector_bytes']:,} B ({size['raw_vector_bytes'] / gib:,.3f} GiB)",
+                      f"  rows as stored   : {size['row_bytes']:,} B (vectors + int64 keys)",
+                      f"  {req.model} index files: {size['index_bytes']:,} B ({size['families'][req.model]['index_model']})",
+                      f"  estimated total  : {size['total_bytes']:,} B ({size['total_bytes'] / gib:,.3f} GiB), "
+                      f"{size['total_bytes_per_shard'] / gib:,.3f} GiB per shard",
+                      "  every family (index files / total):"]
+            for name, fam in size["families"].items():
+                lines.append(f"    {name:9s} {fam['index_bytes'] / gib:12,.3f} GiB / {fam['total_bytes'] / gib:12,.3f} GiB")
+            return lines
+        lines.append(f"{req.model} {req.command} on {backend}, collection {ds['collection_name']}")
+        lines.append(f"  {ds['num_vectors']:,} vectors x {ds['dimension']} ({ds['distribution']}, seed {ds['seed']}), "
+                     f"{ds['num_shards']} shard(s)")
+        if req.command == "datagen":
+            lines.append(f"  index {req.model} {build}; insert batches of {ds['batch_size']:,}, "
+                         f"generated in chunks of {ds['chunk_size']:,}; compact: {p['workflow']['compact']}")
+        else:
+            run, search = p["run"], p["search"]
+            amount = f"{run['runtime']} s" if run["mode"] == "timed" else f"{run['queries']:,} queries"
+            lines.append(f"  {run['mode']} ({amount}), {run['num_query_processes']} process(es), batches of "
+                         f"{run['batch_size']}, top-{search['search_limit']}, search params {search['search_params']}")
+            lines.append(f"  recall@{search['recall_k']} on a fixed set of {search['num_query_vectors']:,} queries "
+                         "against exact ground truth")
+        if not p["database"].get("host") and not families.family(req.model).lite_kinds:
+            lines.append("  NOTE: " + _lite_refusal(req.model))
+        return lines
+
+    # -- gates --------------------------------------------------------------------------
+    def preflight(self, plan: Plan) -> None:
+        req = self.request
+        if req.command == "datasize" or req.mode == "whatif":
+            return
+        p = plan.parameters
+        root = p["storage"].get("storage_root")
+        if not p["database"].get("host"):
+            if not families.family(req.model).lite_kinds:
+                raise ConfigurationError(_lite_refusal(req.model))
+            if not root:
+                raise ConfigurationError("--storage-root (or --data-dir, MLPSTORAGE_DATA_DIR) is required: Milvus Lite "
+                                         "keeps its database there (Rules 5.4.1)")
+        elif not root:
+            log.warning("no --storage-root: the server's data directory is not recorded or checked (Rules 5.4.1/5.4.2)")
+        if root and self.results_dir is not None:
+            data, results = Path(root).resolve(), self.results_dir.resolve()
+            if data == results or results in data.parents or data in results.parents:
+                raise GateRefused(f"the storage root {data} and the results directory {results} must be apart (Rules 5.4.1)")
+        if req.mode == "closed":
+            scales = [tuple(s) for s in self.config.get("sanctioned_scales", [])]
+            scale = (p["dataset"]["num_vectors"], p["dataset"]["dimension"])
+            if scales and scale not in scales:
+                log.warning(f"{scale[0]:,} x {scale[1]} is not one of the edition's named scales "
+                            f"({', '.join(f'{n:,} x {d}' for n, d in scales)}); Rules 5.1.1 validation may fail it")
+
+    # -- execute ------------------------------------------------------------------------
+    def execute(self, plan: Plan, leaf: Path) -> None:
+        if self.request.command == "datasize":
+            self._execute_datasize(plan, leaf)
+        elif self.request.command == "datagen":
+            self._execute_datagen(plan, leaf)
+        else:
+            self._execute_run(plan, leaf)
+
+    def _backend(self, plan: Plan):
+        from mlpstorage_py.vectordb.backend import Milvus, Timeouts
+
+        p = plan.parameters
+        timeouts = Timeouts.from_config(self.config.get("timeouts_s", {}))
+        host = p["database"].get("host")
+        lite = None if host else Path(p["storage"]["storage_root"]) / self.config["lite_database"]
+        return Milvus(collection=p["dataset"]["collection_name"], host=host, port=p["database"].get("port"),
+                      lite_path=lite, timeouts=timeouts)
+
+    def _filesystems(self, plan: Plan) -> dict[str, Any]:
+        """Rules 5.4.2: a df of the database's data directory and of the results directory, in the log."""
+        from mlpstorage_py.vectordb.system import filesystems
+
+        root = plan.parameters.get("storage", {}).get("storage_root")
+        data = Path(root) if root and Path(root).exists() else None
+        record = filesystems(data, self.results_dir or Path.cwd())
+        for label, key in (("vector database data (--storage-root)", "data"), ("results directory", "results")):
+            if key in record:
+                log.info(f"df {label}: {record[key]['path']}")
+                for line in record[key].get("df_output", [record[key].get("error", "")]):
+                    log.info(f"  {line}")
+        if record.get("same_filesystem"):
+            log.warning("the vector database data and the results directory are on the same filesystem (Rules 5.4.2)")
+        return record
+
+    def _progress(self, text: str) -> None:
+        log.info(text)
+
+    def _execute_datasize(self, plan: Plan, leaf: Path) -> None:
+        for line in plan.report:
+            print(line)
+            log.debug(line)
+        size = dict(self._datasize)
+        root = plan.parameters.get("storage", {}).get("storage_root")
+        if root and Path(root).is_dir():
+            from mlpstorage_py.vectordb.system import df
+
+            record = df(Path(root))
+            size["storage_root"] = record
+            free = record.get("available_kib", 0) * 1024
+            if free < size["total_bytes"]:
+                log.warning(f"{root} has {free / 2**30:,.2f} GiB free; the estimate is {size['total_bytes'] / 2**30:,.2f} GiB")
+        write_json(leaf / "summary.json", size)
+
+    # -- datagen ------------------------------------------------------------------------
+    def _execute_datagen(self, plan: Plan, leaf: Path) -> None:
+        p = plan.parameters
+        ds, index = p["dataset"], p["index"]
+        index_type, metric = index["index_type"], index["metric_type"]
+        started = time.time()
+        fs = self._filesystems(plan)
+        db = self._backend(plan)
+        timeouts, poll = db.timeouts, float(self.config.get("poll_interval_s", 2))
+        try:
+            db.open()
+            self.engine = db.engine_label()
+            plan.engine_parameters.update(engine=self.engine, database=db.record())
+            db.require_index_support(index_type)
+            if db.exists():
+                if not p["workflow"]["force"]:
+                    raise GateRefused(f"collection {db.collection} already exists on {db.describe()}; datagen never "
+                                      "reuses one (--force drops and recreates it, --collection names another)")
+                log.warning(f"--force: dropping the existing collection {db.collection}")
+                db.drop()
+            db.create(ds["dimension"], ds["num_shards"])
+            log.info(f"created collection {db.collection}: id INT64 primary key, {VECTOR_FIELD} FLOAT_VECTOR({ds['dimension']})")
+            load = self._load(db, ds)
+            build_params = families.build_params(index_type, index)
+            log.info(f"index build: {index_type} {metric} {build_params}")
+            build_start = time.time()
+            db.create_index(index_type, metric, build_params)
+            build = db.wait_index(stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
+            build.update(start=_iso(build_start), seconds=time.time() - build_start, requested_params=build_params)
+            built = self._check_built(db, index_type, metric, build_params)
+            build.update(built)
+            if p["workflow"]["compact"]:
+                compaction = db.compact(stall_s=timeouts.compaction_stall, poll_s=poll, progress=self._progress)
+                compaction["index_after"] = db.wait_index(stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
+            else:
+                compaction = {"requested": False, "state": "not requested"}
+            load_start = time.time()
+            db.load()
+            serving = db.wait_served(index_type, stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
+            build["served_ready"] = _iso(time.time())
+            if not serving["served_by_named_index"]:
+                raise BenchmarkFailed(f"after the build {serving['rows_brute_force']:,} of {serving['rows_total']:,} rows "
+                                      f"would still be searched by brute force, not by {index_type} ({db.describe()})")
+            inserted = db.count()
+            collection_load = {"start": _iso(load_start), "end": _iso(time.time()), "seconds": time.time() - load_start}
+        finally:
+            db.close()
+        if inserted != ds["num_vectors"]:
+            raise BenchmarkFailed(f"the collection holds {inserted:,} vectors, {ds['num_vectors']:,} were inserted (Rules 5.2.1)")
+        summary = {
+            "benchmark_phase": "datagen",
+            "start": _iso(started), "end": _iso(time.time()),
+            "num_vectors": ds["num_vectors"], "inserted_vectors": inserted, "dimension": ds["dimension"],
+            "index_type": built["index_type"], "requested_index_type": index_type,
+            "metric_type": built["metric_type"], "index_params": built["params"],
+            "collection_name": db.collection, "num_shards": ds["num_shards"], "vector_dtype": ds["vector_dtype"],
+            "distribution": ds["distribution"], "seed": ds["seed"],
+            "batch_size": ds["batch_size"], "chunk_size": ds["chunk_size"],
+            "database": db.record(), "engine": self.engine,
+            "load": load,
+            "load_time_seconds": load["seconds"],
+            "index_build": build,
+            "index_build_time_seconds": build["seconds"],
+            "compaction": compaction,
+            "collection_load": collection_load,
+            "served_by": serving,
+            "filesystems": fs,
+        }
+        write_json(leaf / "summary.json", summary)
+        print(f"{index_type} datagen: {inserted:,} vectors loaded in {load['seconds']:.1f} s "
+              f"({load['vectors_per_second']:,.0f} vectors/s), index built in {build['seconds']:.1f} s; "
+              f"collection {db.collection} on {db.describe()}")
+
+    def _load(self, db, ds: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        from mlpstorage_py.vectordb import generate
+
+        n, dim, batch, chunk = ds["num_vectors"], ds["dimension"], ds["batch_size"], ds["chunk_size"]
+        start, gen_s, ins_s, inserted = time.time(), 0.0, 0.0, 0
+        said = time.monotonic()
+        every = float(self.config.get("progress_interval_s", 5))
+        for lo in range(0, n, chunk):
+            hi = min(lo + chunk, n)
+            t = time.perf_counter()
+            rows = generate.vectors(ds["seed"], ds["distribution"], dim, lo, hi)
+            gen_s += time.perf_counter() - t
+            for b in range(lo, hi, batch):
+                e = min(b + batch, hi)
+                t = time.perf_counter()
+                inserted += db.insert(np.arange(b, e, dtype=np.int64), rows[b - lo:e - lo])
+                ins_s += time.perf_counter() - t
+            if time.monotonic() - said >= every or hi == n:
+                rate = inserted / max(time.time() - start, 1e-9)
+                log.info(f"load: {inserted:,} of {n:,} vectors inserted ({100 * inserted / n:.0f}%), {rate:,.0f} vectors/s")
+                said = time.monotonic()
+        if inserted != n:
+            raise BenchmarkFailed(f"the database acknowledged {inserted:,} of {n:,} inserted vectors")
+        log.info("flush: sealing the inserted data")
+        t = time.perf_counter()
+        db.flush()
+        flush_s = time.perf_counter() - t
+        seconds = time.time() - start
+        return {"start": _iso(start), "end": _iso(time.time()), "seconds": seconds, "generation_seconds": gen_s,
+                "insert_seconds": ins_s, "flush_seconds": flush_s, "acknowledged_vectors": inserted,
+                "vectors_per_second": n / seconds if seconds else 0.0,
+                "insert_vectors_per_second": n / ins_s if ins_s else 0.0}
+
+    def _check_built(self, db, index_type: str, metric: str, requested: dict[str, Any]) -> dict[str, Any]:
+        """The index the server says it built must be the one asked for, with its parameters."""
+        from mlpstorage_py.vectordb.backend import reported_params
+
+        info = db.describe_index() or {}
+        built_type, built_metric = str(info.get("index_type")), str(info.get("metric_type"))
+        params = reported_params(info)
+        if db.lite:  # Milvus Lite's own spec is what it builds from; its describe_index omits empty params
+            spec = db.serving(index_type).get("index_spec") or {}
+            params = {**spec.get("params", {}), **params}
+        if built_type != index_type or built_metric != metric:
+            raise BenchmarkFailed(f"{db.describe()} reports a {built_type} {built_metric} index; {index_type} {metric} was asked for")
+        wrong = {k: params.get(k) for k, v in requested.items() if params.get(k) != v}
+        if wrong:
+            raise BenchmarkFailed(f"{db.describe()} reports build parameters {params}, not the requested {requested} "
+                                  f"(differs in {sorted(wrong)})")
+        return {"index_type": built_type, "metric_type": built_metric, "params": params, "describe_index": _jsonable(info)}
+
+    # -- run ----------------------------------------------------------------------------
+    def _execute_run(self, plan: Plan, leaf: Path) -> None:
+        import numpy as np
+
+        from mlpstorage_py.vectordb import generate, groundtruth
+        from mlpstorage_py.vectordb.backend import reported_params
+        from mlpstorage_py.vectordb.query import latency_stats, recall_stats, run_workers, write_hits
+        from mlpstorage_py.vectordb.system import DiskIO
+
+        p = plan.parameters
+        ds, index, run, search = p["dataset"], p["index"], p["run"], p["search"]
+        index_type, k = index["index_type"], search["search_limit"]
+        fs = self._filesystems(plan)
+        db = self._backend(plan)
+        timeouts, poll = db.timeouts, float(self.config.get("poll_interval_s", 2))
+        started = time.time()
+        try:
+            db.open()
+            self.engine = db.engine_label()
+            plan.engine_parameters.update(engine=self.engine, database=db.record())
+            if not db.exists():
+                raise ConfigurationError(f"no collection {db.collection} on {db.describe()}; run datagen first "
+                                         "(same --num-vectors/--dimension/--collection)")
+            dim = db.dimension()
+            if dim != ds["dimension"]:
+                raise GateRefused(f"collection {db.collection} holds {dim}-dimensional vectors; the run asks for "
+                                  f"{ds['dimension']} (Rules 5.1.2)")
+            info = db.describe_index()
+            if not info:
+                raise GateRefused(f"collection {db.collection} has no index; datagen builds it")
+            if str(info.get("index_type")) != index_type:
+                raise GateRefused(f"collection {db.collection} is indexed with {info.get('index_type')}, the run asks "
+                                  f"for {index_type} (Rules 5.2.2)")
+            metric = str(info.get("metric_type"))
+            index["metric_type"] = metric
+            built = reported_params(info)
+            for key, milvus in families.family(index_type).build.items():
+                if milvus in built:
+                    index[key] = built[milvus]
+            db.load()
+            before = db.wait_served(index_type, stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
+            if not before["served_by_named_index"]:
+                raise BenchmarkFailed(f"{before['rows_brute_force']:,} of {before['rows_total']:,} rows would be searched by "
+                                      f"brute force, not by {index_type}: the run cannot be served by the named index "
+                                      "and reports no figures")
+            rows = db.count()
+            if rows != ds["num_vectors"]:
+                raise GateRefused(f"collection {db.collection} holds {rows:,} vectors; the run asks for "
+                                  f"{ds['num_vectors']:,} (Rules 5.2.1)")
+            datagen_leaf = self._datagen_leaf(ds, index_type)
+            queries = generate.queries(ds["seed"], ds["distribution"], ds["dimension"], search["num_query_vectors"])
+            query_digest = hashlib.sha256(queries.tobytes()).hexdigest()
+            log.info(f"ground truth: exact top-{k} of {len(queries):,} queries over {rows:,} vectors ({metric})")
+            batch_rows = max(1, min(16384, int(self.config.get("read_back_batch_bytes", 2**25)) // (4 * ds["dimension"])))
+            source, chunks = db.read_back(ds["num_vectors"], batch_rows)
+            truth, gt = groundtruth.compute(chunks, queries, k=k, metric=metric, rows_in_collection=rows,
+                                            source=source, progress=self._progress)
+            gt["query_set_sha256"] = query_digest
+            if gt["vectors_covered"] != rows or gt["duplicate_ids"]:
+                raise BenchmarkFailed(f"the ground truth covers {gt['vectors_covered']:,} of {rows:,} vectors "
+                                      f"(coverage {gt['coverage']:.6f}, {gt['duplicate_ids']} duplicate ids; "
+                                      "Rules 5.3.5 needs every vector exactly once)")
+            log.info(f"ground truth ready in {gt['seconds']:.1f} s (coverage {gt['coverage']:.3f})")
+            with self.scratch() as scratch:
+                qpath = scratch / "queries.npy"
+                np.save(qpath, queries)
+                specs = [{
+                    "worker": w, "workers": run["num_query_processes"], "uri": db.uri, "collection": db.collection,
+                    "queries_path": str(qpath), "timeout": timeouts.search, "batch_size": run["batch_size"],
+                    "limit": k, "metric_type": metric, "search_params": search["search_params"],
+                    "anns_field": VECTOR_FIELD, "runtime": run["runtime"], "total_queries": run["queries"],
+                    "report_count": run["report_count"], "output_csv": str(leaf / f"vectordb_worker_{w}.csv"),
+                    "latency_path": str(scratch / f"latency_{w}.npy"),
+                } for w in range(run["num_query_processes"])]
+                amount = f"{run['runtime']} s" if run["mode"] == "timed" else f"{run['queries']:,} queries"
+                log.info(f"queries: {run['num_query_processes']} process(es), {amount}, batches of {run['batch_size']}, "
+                         f"top-{k}, {search['search_params']}")
+                disk = DiskIO()
+                result = run_workers(specs, start_timeout=timeouts.worker_start,
+                                     stall_timeout=timeouts.search + 60, progress=self._progress)
+                disk_io = disk.result()
+                batches = np.concatenate([np.load(s["latency_path"]) for s in specs]) if specs else np.empty((0, 2))
+            after = db.serving(index_type)
+            if not after["served_by_named_index"]:
+                raise BenchmarkFailed(f"during the run {after['rows_brute_force']:,} rows came to be served by brute force; "
+                                      "the figures would not be the index's")
+        finally:
+            db.close()
+        workers = result["workers"]
+        hits: dict[int, list[int]] = {}
+        for worker in workers:
+            for q, ids in worker["hits"].items():
+                hits.setdefault(int(q), ids)
+        total_queries = sum(w["queries"] for w in workers)
+        total_time = max(w["end"] for w in workers) - min(w["start"] for w in workers)
+        _, recalls = groundtruth.recall(hits, truth, k)
+        rstats = recall_stats(recalls, k)
+        write_hits(leaf / "recall_hits.jsonl", hits)
+        summary = {
+            "benchmark_phase": "run",
+            "start": _iso(started), "end": _iso(time.time()),
+            "num_vectors": ds["num_vectors"], "inserted_vectors": rows, "dimension": ds["dimension"],
+            "index_type": index_type, "metric_type": metric, "index_params": reported_params(info),
+            "collection_name": db.collection,
+            "database": db.record(), "engine": self.engine,
+            "mode": run["mode"], "runtime_requested_seconds": run["runtime"], "queries_requested": run["queries"],
+            "num_query_processes": run["num_query_processes"], "batch_size": run["batch_size"],
+            "search_limit": k, "search_params": search["search_params"],
+            "throughput_qps": total_queries / total_time if total_time > 0 else 0.0,
+            "total_queries": total_queries, "query_count": total_queries,
+            "total_time_seconds": total_time,
+            "batch_count": int(len(batches)), "successful_batches": int(len(batches)), "failed_batches": 0,
+            **latency_stats(batches),
+            "recall": rstats.get("mean_recall"),
+            "recall_stats": rstats,
+            "ground_truth": gt,
+            "served_by": {"before": before, "after": after,
+                          "verdict": f"every row was searched through the {index_type} index"},
+            "workers": [{k_: v for k_, v in w.items() if k_ != "hits"} for w in workers],
+            "disk_io": disk_io,
+            "datagen_leaf": datagen_leaf,
+            "filesystems": fs,
+        }
+        write_json(leaf / "summary.json", summary)
+        write_json(leaf / "recall_stats.json", rstats)
+        write_json(leaf / "result_verdict.json", {
+            "flat_setup": {"ok": True, "coverage": gt["coverage"], "reason": gt["method"]},
+            "valid": True, "result": "recall measured against complete exact ground truth"})
+        write_json(leaf / "config.json", {"parameters": p, "database": db.record(), "engine": self.engine})
+        ef = search["search_params"]
+        print(f"{index_type} run: {summary['throughput_qps']:,.1f} queries/s over {total_queries:,} queries in "
+              f"{total_time:.1f} s, p99 {summary.get('p99_latency_ms', float('nan')):.2f} ms, "
+              f"recall@{k} {summary['recall']:.4f} ({ef or 'exact'}, {rstats['num_queries_evaluated']} queries evaluated)")
+        if self.request.mode == "closed":
+            needed = checker()["runs_per_result"]["vector_database"]
+            done = 1 + sum(1 for meta in leaf.parent.glob("*/vector_database_*_metadata.json")
+                           if meta.parent != leaf and read_json(meta).get("exit_status") == 0)
+            print(f"CLOSED result: {done} of {needed} successful runs in {leaf.parent} (Rules 5.3.1)")
+
+    def _datagen_leaf(self, ds: dict[str, Any], index_type: str) -> str | None:
+        """The newest successful datagen leaf of this collection in the results tree (Rules 5.1.2)."""
+        if self.workload_dir is None:
+            return None
+        for summary in sorted((self.workload_dir.parent / "datagen").glob("*/summary.json"), reverse=True):
+            try:
+                data = read_json(summary)
+            except (OSError, ValueError):
+                continue
+            if data.get("collection_name") != ds["collection_name"]:
+                continue
+            if data.get("dimension") != ds["dimension"] or data.get("index_type") != index_type:
+                raise GateRefused(f"datagen leaf {summary.parent} recorded {data.get('dimension')} dims / "
+                                  f"{data.get('index_type')}; the run asks for {ds['dimension']} / {index_type} (Rules 5.1.2)")
+            return str(summary.parent.relative_to(self.results_dir)) if self.results_dir else str(summary.parent)
+        log.warning(f"no datagen leaf for collection {ds['collection_name']} in this results tree; the checker "
+                    "compares a run with its datagen leaf (Rules 5.1.2, 5.2.1)")
+        return None
+
+    def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
+        summary = leaf / "summary.json"
+        if not summary.is_file():
+            raise BenchmarkFailed(f"no summary.json in {leaf}")
+        data = read_json(summary)
+        if self.request.command == "run":
+            missing = [key for key in ("throughput_qps", "mean_latency_ms", "p95_latency_ms", "p99_latency_ms",
+                                       "p999_latency_ms", "recall") if data.get(key) is None]
+            if missing:
+                raise BenchmarkFailed(f"summary.json lacks {missing} (Rules 5.3.2/5.3.4)")
+        return {"engine": self.engine}
+
+
+def _lite_refusal(index_type: str) -> str:
+    from mlpstorage_py.vectordb.backend import lite_refusal
+
+    return lite_refusal(index_type)
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _jsonable(info: dict[str, Any]) -> dict[str, Any]:
+    import json
+
+    return json.loads(json.dumps(info, default=str))

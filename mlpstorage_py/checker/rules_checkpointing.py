@@ -1,0 +1,688 @@
+"""Section 4: checkpointing workloads (Rules 4.3.1-4.7.4).
+
+A checkpointing leaf records what it ran in several places: its *_metadata.json (args,
+parameters), dlio_config/config.yaml (the workload block the engine actually ran) and its
+summary.json. Where a rule names the metadata and a leaf lacks it (the v3.0 release's read
+leaves, a partial corpus), the other records are read instead when they state the same fact;
+a value recorded nowhere is a finding about the missing file.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+import statistics
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
+from mlpstorage_py.checker.rules_structure import (
+    LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, load_json, parse_time,
+    read_text, record, sanctioned, system_description)
+from mlpstorage_py.rules import tables
+from mlpstorage_py.rules.core_config import canonical, flatten
+
+# Numbers the rules text states that the editions checker block does not (yet) carry.
+COUNT_KEYS = ("num_checkpoints_write", "num_checkpoints_read")
+# Table 4: the counts may be 10 or 0 in CLOSED (4.7.1 checks them), so 4.6.3 does not compare them.
+COUNTED_ELSEWHERE = frozenset(f"checkpoint.{k}" for k in COUNT_KEYS)
+FIGURES = {  # results.csv column -> (phase, summary metric)  (4.3.6)
+    "Checkpointing - Write B/W (GiB/s)": ("write", "save_checkpoint_io_mean_GB_per_second"),
+    "Checkpointing - Write Duration (secs)": ("write", "save_checkpoint_duration_mean_seconds"),
+    "Checkpointing - Read B/W (GiB/s)": ("read", "load_checkpoint_io_mean_GB_per_second"),
+    "Checkpointing - Read Duration (secs)": ("read", "load_checkpoint_duration_mean_seconds"),
+}
+HOST_FLAG = re.compile(r"(?:^|\s)(?:--host|-host|-H)[\s=]+(\S+)")
+NP_FLAG = re.compile(r"(?:^|\s)(?:-n|-np|--np|-c)\s+(\d+)")
+
+
+# --- what a leaf records -----------------------------------------------------------------
+
+def _runs(pkg: Package) -> list[tuple[Workload, LeafRecord]]:
+    return [(wl, record(pkg, leaf)) for wl, leaf in checkpointing_leaves(pkg)]
+
+
+def _by_workload(pkg: Package) -> list[tuple[Workload, list[LeafRecord]]]:
+    grouped: dict[Path, tuple[Workload, list[LeafRecord]]] = {}
+    for wl, rec in _runs(pkg):
+        grouped.setdefault(wl.path, (wl, []))[1].append(rec)
+    return [(wl, sorted(recs, key=lambda r: r.path.name)) for wl, recs in grouped.values()]
+
+
+def _metric(rec: LeafRecord) -> dict:
+    value = dig(rec.summary, "metric")
+    return value if isinstance(value, dict) else {}
+
+
+def _size_gib(rec: LeafRecord) -> float | None:
+    value = as_number(_metric(rec).get("checkpoint_size_GB"))
+    return value if value is not None else as_number(dig(rec.summary, "checkpoint_size_GB"))
+
+
+def counts(rec: LeafRecord) -> tuple[int | None, int | None, str]:
+    """(writes, reads, where recorded): args first, then the resolved and the run configuration."""
+    sources = (("args", rec.args), ("parameters.checkpoint", dig(rec.meta, "parameters", "checkpoint")),
+               ("dlio_config/config.yaml", dig(rec.workload_config, "checkpoint")), ("summary.json", rec.summary))
+    for where, block in sources:
+        writes, reads = (as_int(dig(block, key)) for key in COUNT_KEYS)
+        if writes is not None and reads is not None:
+            return writes, reads, where
+    return None, None, "nowhere"
+
+
+def is_write(rec: LeafRecord) -> bool:
+    writes, _, _ = counts(rec)
+    return writes > 0 if writes is not None else "save_checkpoint_io_mean_GB_per_second" in _metric(rec)
+
+
+def is_read(rec: LeafRecord) -> bool:
+    _, reads, _ = counts(rec)
+    return reads > 0 if reads is not None else "load_checkpoint_io_mean_GB_per_second" in _metric(rec)
+
+
+def _model(rec: LeafRecord, wl: Workload) -> str:
+    """The run's model as recorded (args.model), else its workload directory's name."""
+    for value in (rec.args.get("model"), dig(rec.meta, "model")):
+        if isinstance(value, str) and value in wl.checker["closed_mpi_processes"]:
+            return value
+    return wl.model
+
+
+def _processes(rec: LeafRecord) -> dict[str, int]:
+    """Every record of the run's MPI process count."""
+    found = {"metadata num_processes": as_int(dig(rec.meta, "num_processes")),
+             "args.num_processes": as_int(rec.args.get("num_processes")),
+             "summary.json num_accelerators": as_int(dig(rec.summary, "num_accelerators"))}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _configuration(rec: LeafRecord) -> tuple[dict | None, str]:
+    """The recorded workload configuration: yaml_params, parameters, else dlio_config/config.yaml."""
+    for where, block in (("yaml_params", dig(rec.meta, "yaml_params")), ("parameters", dig(rec.meta, "parameters")),
+                         ("dlio_config/config.yaml", rec.workload_config)):
+        if isinstance(block, dict) and block:
+            return block, where
+    return None, "nowhere"
+
+
+def _cannot(number: str, severity: str, rec: LeafRecord, what: str, problem: str | None) -> Finding:
+    path = rec.meta_path if "metadata" in (problem or "") else (rec.summary_path if "summary" in (problem or "") else rec.path)
+    return finding(number, severity, path, f"cannot check {what}: {problem}")
+
+
+def _interval(a: LeafRecord, a_time: datetime | None, b: LeafRecord, b_time: datetime | None) -> float | None:
+    """Seconds from a_time (on a's clock) to b_time (on b's clock); None when they cannot be related."""
+    if a_time is None or b_time is None:
+        return None
+    if a_time.tzinfo is None and b_time.tzinfo is None:
+        return (b_time - a_time).total_seconds()
+    first, second = a.to_utc(a_time, b.utc_offset), b.to_utc(b_time, a.utc_offset)
+    return None if first is None or second is None else (second - first).total_seconds()
+
+
+def _collection_times(block: Any) -> list[datetime]:
+    """Every collection_timestamp below a metadata block."""
+    found: list[datetime] = []
+    stack = [block]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key == "collection_timestamp":
+                    parsed = parse_time(value)
+                    if parsed is not None:
+                        found.append(parsed)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _write_end(rec: LeafRecord) -> tuple[datetime | None, str]:
+    """4.7.1: invocation_end_time, else the latest post-benchmark collection_timestamp, else summary end."""
+    value = parse_time(dig(rec.meta, "invocation_end_time"))
+    if value is not None:
+        return value, "invocation_end_time"
+    stamps = _collection_times(dig(rec.meta, "cluster_snapshots", "end"))
+    aware = [rec.to_utc(t) for t in stamps]
+    aware = [t for t in aware if t is not None]
+    if aware:
+        return max(aware), "the latest post-benchmark collection_timestamp"
+    value = rec.summary_time("end")
+    return value, "summary.json end"
+
+
+def _read_start(rec: LeafRecord) -> tuple[datetime | None, str]:
+    value = parse_time(dig(rec.meta, "invocation_start_time"))
+    if value is not None:
+        return value, "invocation_start_time"
+    return rec.summary_time("start"), "summary.json start"
+
+
+def _two_invocations(recs: list[LeafRecord]) -> tuple[LeafRecord, LeafRecord] | None:
+    """The write-only invocation immediately followed by a read-only one, if the workload has them."""
+    for first, second in zip(recs, recs[1:]):
+        if is_write(first) and not is_read(first) and is_read(second) and not is_write(second):
+            return first, second
+    return None
+
+
+# --- 4.3 run options ---------------------------------------------------------------------
+
+@rule("4.3.1", "checkpointDataSizeRatio")
+def data_size_ratio(pkg: Package) -> Iterable[Finding]:
+    """Checkpoint data per host is more than 3x one host's memory (else a warning)."""
+    for wl, rec in _runs(pkg):
+        size, hosts = _size_gib(rec), as_int(dig(rec.summary, "num_hosts"))
+        memory = dig(rec.summary, "host_memory_GB")
+        memory = [as_number(m) for m in memory] if isinstance(memory, list) else []
+        if rec.summary is None or size is None or not memory or None in memory:
+            yield _cannot("4.3.1", WARNING, rec, "the checkpoint-to-memory ratio",
+                          rec.summary_problem or "summary.json lacks checkpoint_size_GB or host_memory_GB")
+            continue
+        hosts = hosts or len(memory)
+        per_host, host_memory = size / hosts, sum(memory) / hosts
+        if not per_host > wl.checker["checkpoint_size_to_host_memory_ratio"] * host_memory:
+            yield finding("4.3.1", WARNING, rec.summary_path,
+                          f"checkpoint per host {per_host:,.1f} GiB is not more than {wl.checker['checkpoint_size_to_host_memory_ratio']} x the "
+                          f"{host_memory:,.1f} GiB of one client host: reads may be served from the page cache")
+
+
+@rule("4.3.2", "checkpointFsyncVerification")
+def fsync(pkg: Package) -> Iterable[Finding]:
+    """Every run's recorded configuration has checkpoint.fsync true."""
+    for wl, rec in _runs(pkg):
+        sources = (("parameters", dig(rec.meta, "parameters", "checkpoint", "fsync")),
+                   ("yaml_params", dig(rec.meta, "yaml_params", "checkpoint", "fsync")),
+                   ("dlio_config/config.yaml", dig(rec.workload_config, "checkpoint", "fsync")))
+        recorded = [(where, value) for where, value in sources if value is not None]
+        if not recorded:
+            yield _cannot("4.3.2", INVALID, rec, "checkpoint.fsync", rec.meta_problem or
+                          "neither the metadata parameters nor dlio_config/config.yaml record checkpoint.fsync")
+            continue
+        where, value = recorded[0]
+        if canonical(value) is not True:
+            yield finding("4.3.2", INVALID, rec.meta_path if where != "dlio_config/config.yaml" else rec.path,
+                          f"checkpoint.fsync is {value!r} in {where}: every checkpoint write must end with fsync")
+
+
+@rule("4.3.3", "checkpointModelConfigurationReq")
+def model_configuration(pkg: Package) -> Iterable[Finding]:
+    """args.model names a Table 2 model the edition lists, and the run sits under that model."""
+    for wl, rec in _runs(pkg):
+        allowed = sorted(sanctioned(pkg, wl.division, wl.org, "checkpointing"))
+        if rec.meta is None:
+            yield _cannot("4.3.3", INVALID, rec, "args.model", rec.meta_problem)
+            continue
+        model = rec.args.get("model", rec.meta.get("model"))
+        if not isinstance(model, str) or not model:
+            yield finding("4.3.3", INVALID, rec.meta_path, "the metadata records no args.model")
+        elif model not in allowed:
+            yield finding("4.3.3", INVALID, rec.meta_path, f"model {model!r} is not a Table 2 model of the edition ({', '.join(allowed)})")
+        elif model != wl.model:
+            yield finding("4.3.3", INVALID, rec.meta_path, f"a {model} run is filed under checkpointing/{wl.model}")
+
+
+def _accelerator(rec: LeafRecord) -> str | None:
+    for value in (dig(rec.meta, "accelerator"), rec.args.get("accelerator_type"), rec.args.get("accelerator")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+@rule("4.3.4", "checkpointAggregateAcceleratorMemory")
+def aggregate_memory(pkg: Package) -> Iterable[Finding]:
+    """Table 3 memory of the run's accelerator x its accelerator count holds the checkpoint."""
+    for wl, rec in _runs(pkg):
+        memory = wl.checker["accelerator_memory_gb"]
+        count, size = as_int(dig(rec.summary, "num_accelerators")), _size_gib(rec)
+        if count is None or size is None:
+            yield _cannot("4.3.4", INVALID, rec, "the aggregate accelerator memory",
+                          rec.summary_problem or "summary.json lacks num_accelerators or checkpoint_size_GB")
+            continue
+        allowed = [a for a in sanctioned(pkg, wl.division, wl.org, "checkpointing").get(wl.model) or []]
+        accelerator = _accelerator(rec)
+        if accelerator is not None:
+            if accelerator not in memory:
+                yield finding("4.3.4", INVALID, rec.meta_path, f"accelerator {accelerator!r} is not in Table 3 ({', '.join(memory)})")
+            elif allowed and accelerator not in allowed:
+                yield finding("4.3.4", INVALID, rec.meta_path, f"accelerator {accelerator} is not a {wl.division} accelerator for "
+                                                               f"{wl.model} (Table 3: {', '.join(allowed)})")
+            elif memory[accelerator] * count < size:
+                yield finding("4.3.4", INVALID, rec.summary_path, f"{count} x {accelerator} ({memory[accelerator]} GiB) = "
+                                                                  f"{memory[accelerator] * count:,} GiB < checkpoint {size:,.1f} GiB")
+            continue
+        # The rule is explicit: a run whose metadata records no accelerator is INVALID, even when
+        # every accelerator the edition allows would hold the checkpoint (said in the message).
+        candidates = [a for a in allowed if a in memory]
+        worst = min((memory[a] for a in candidates), default=None)
+        holds = worst is not None and worst * count >= size
+        yield finding("4.3.4", INVALID, rec.meta_path if rec.meta is not None else rec.path,
+                      f"the metadata records no accelerator ({rec.meta_problem or 'accelerator is null'})"
+                      + (f"; {count} x {worst} GiB would hold the {size:,.1f} GiB checkpoint for any allowed accelerator"
+                         if holds else ""))
+
+
+def _subset_declared(rec: LeafRecord) -> bool:
+    flag = rec.args.get("checkpoint_subset")
+    overrides = dig(rec.meta, "override_parameters")
+    mode = overrides.get("checkpoint.mode", dig(overrides, "checkpoint", "mode")) if isinstance(overrides, dict) else None
+    return canonical(flag) is True or mode == "subset"
+
+
+@rule("4.3.5", "checkpointSubsetRunValidation")
+def subset_runs(pkg: Package) -> Iterable[Finding]:
+    """A CLOSED subset run is the 8B model on exactly 8 accelerators."""
+    for wl, rec in _runs(pkg):
+        if wl.division != "closed" or not _subset_declared(rec):
+            continue
+        required = wl.checker["closed_mpi_processes"][wl.checker["checkpoint_subset_model"]]
+        model = rec.args.get("model", wl.model)
+        count = as_int(dig(rec.summary, "num_accelerators"))
+        if model != wl.checker["checkpoint_subset_model"]:
+            yield finding("4.3.5", INVALID, rec.meta_path, f"a subset run must be {wl.checker['checkpoint_subset_model']}, not {model}")
+        if count is None:
+            yield _cannot("4.3.5", INVALID, rec, "the subset run's accelerators", rec.summary_problem or "summary.json lacks num_accelerators")
+        elif count != required:
+            yield finding("4.3.5", INVALID, rec.summary_path, f"a subset run uses exactly {required} accelerators, not {count}")
+
+
+@rule("4.3.6", "checkpointResultAggregation")
+def result_aggregation(pkg: Package) -> Iterable[Finding]:
+    """results.json's Write/Read B/W and Duration are the means over the write- and read-phase runs."""
+    for wl, recs in _by_workload(pkg):
+        path = wl.path / "results.json"
+        data, problem = load_json(path)
+        if problem:
+            continue  # 2.1.22 reports a missing or unreadable results.json
+        rows = [r for r in (data.get("rows") if isinstance(data, dict) else None) or [] if isinstance(r, dict)]
+        rows = [r for r in rows if any(column in r for column in FIGURES)]
+        if not rows:
+            yield finding("4.3.6", INFO, path, "results.json holds no Checkpointing figures to compare with the runs")
+            continue
+        phases = {"write": [r for r in recs if is_write(r)], "read": [r for r in recs if is_read(r)]}
+        for column, (phase, key) in FIGURES.items():
+            values = [as_number(_metric(r).get(key)) for r in phases[phase]]
+            expected = statistics.fmean(values) if values and None not in values else None
+            for row in rows:
+                if column not in row:
+                    continue
+                published = as_number(row[column])
+                if expected is None and published is not None:
+                    yield finding("4.3.6", INVALID, path, f"{column} is {published}, but a {phase}-phase run lacks "
+                                                          f"metric.{key}: the cell must be blank")
+                elif expected is not None and published is None:
+                    yield finding("4.3.6", INVALID, path, f"{column} is blank, but the {phase}-phase runs give {expected}")
+                elif expected is not None and not math.isclose(published, expected, rel_tol=1e-9, abs_tol=1e-12):
+                    yield finding("4.3.6", INVALID, path, f"{column} is {published}, but the mean over the {phase}-phase "
+                                                          f"runs is {expected}")
+
+
+# --- 4.4 paths and filesystems -------------------------------------------------------------
+
+def _norm(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return posixpath.normpath(value.strip())
+
+
+@rule("4.4.1", "checkpointPathArgs")
+def path_args(pkg: Package) -> Iterable[Finding]:
+    """args.checkpoint_folder and the results directory are both recorded and differ."""
+    for wl, rec in _runs(pkg):
+        if rec.meta is None:
+            yield _cannot("4.4.1", INVALID, rec, "the checkpoint and results directories", rec.meta_problem)
+            continue
+        folder = _norm(rec.args.get("checkpoint_folder"))
+        results = _norm(rec.args.get("results_dir")) or _norm(rec.meta.get("result_dir"))
+        if folder is None or results is None:
+            missing = " and ".join(n for n, v in (("args.checkpoint_folder", folder), ("args.results_dir", results)) if v is None)
+            yield finding("4.4.1", INVALID, rec.meta_path, f"the metadata records no {missing}")
+        elif folder == results:
+            yield finding("4.4.1", INVALID, rec.meta_path, f"checkpoints and results share the directory {folder}")
+
+
+def _df_mounts(text: str) -> list[str]:
+    """Mount points of the rows of every df listing in a log."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[-2].endswith("%") and fields[-1].startswith("/"):
+            mounts.append(fields[-1])
+    return mounts
+
+
+def _mount_of(path: str, mounts: list[str]) -> str | None:
+    covering = [m for m in mounts if path == m or path.startswith(m.rstrip("/") + "/")]
+    return max(covering, key=len) if covering else None
+
+
+@rule("4.4.2", "checkpointFilesystemCheck")
+def filesystem_check(pkg: Package) -> Iterable[Finding]:
+    """fs_separation.json (or a df listing) shows checkpoints and results on different filesystems."""
+    for wl, rec in _runs(pkg):
+        sut, _, _ = system_description(pkg, wl.division, wl.org, wl.system)
+        if dig(sut, "solution", "architecture", "benchmark_API") == "object":
+            continue
+        record_, problem = rec.fs_separation
+        if record_ is not None:
+            same = record_.get("same_filesystem")
+            if same is True:
+                yield finding("4.4.2", INVALID, rec.path / "fs_separation.json",
+                              "fs_separation.json shows the checkpoint folder and the results on one filesystem")
+            elif same is not False:
+                yield finding("4.4.2", INVALID, rec.path / "fs_separation.json", f"fs_separation.json records same_filesystem {same!r}, not a boolean")
+            continue
+        if problem != "missing":
+            yield finding("4.4.2", INVALID, rec.path / "fs_separation.json", problem)
+            continue
+        text, _ = read_text(rec.path / "checkpointing_run.stdout.log")
+        mounts = _df_mounts(text or "") if text and "Mounted on" in text else []
+        if not mounts:
+            yield finding("4.4.2", INVALID, rec.path, "no fs_separation.json and no df listing in checkpointing_run.stdout.log")
+            continue
+        folder, results = _norm(rec.args.get("checkpoint_folder")), _norm(rec.args.get("results_dir")) or _norm(dig(rec.meta, "result_dir"))
+        if folder and results:
+            where = _mount_of(folder, mounts), _mount_of(results, mounts)
+            if None in where:
+                yield finding("4.4.2", INVALID, rec.path, "the df listing does not cover both the checkpoint folder and the results directory")
+            elif where[0] == where[1]:
+                yield finding("4.4.2", INVALID, rec.path, f"the df listing puts checkpoints and results on one mount, {where[0]}")
+        elif len(set(mounts)) < 2:
+            yield finding("4.4.2", INVALID, rec.path, "the df listing shows a single filesystem")
+
+
+# --- 4.6 CLOSED and OPEN -----------------------------------------------------------------
+
+@rule("4.6.1", "checkpointClosedMpiProcesses")
+def closed_processes(pkg: Package) -> Iterable[Finding]:
+    """A CLOSED run uses the Table 2 process count of its model (8, 64, 512, 1024)."""
+    for wl, rec in _runs(pkg):
+        if wl.division != "closed":
+            continue
+        model = _model(rec, wl)
+        required = wl.checker["closed_mpi_processes"].get(model)
+        if required is None:
+            continue  # not a Table 2 model: 4.3.3 and 2.1.21 report it
+        recorded = _processes(rec)
+        if not recorded:
+            yield _cannot("4.6.1", INVALID, rec, "the MPI process count", rec.meta_problem or rec.summary_problem or "no record of it")
+            continue
+        wrong = {k: v for k, v in recorded.items() if v != required}
+        if wrong:
+            shown = ", ".join(f"{k} {v}" for k, v in wrong.items())
+            yield finding("4.6.1", INVALID, rec.meta_path if rec.meta is not None else rec.summary_path,
+                          f"CLOSED {model} runs {required} MPI processes; recorded: {shown}")
+
+
+def _per_host(rec: LeafRecord) -> tuple[list[int] | None, str]:
+    """Processes placed on each host: the launch's host:slots list, else the summary's hosts."""
+    commands = [dig(rec.meta, "executed_command")]
+    argv = dig(rec.meta, "executed_argv")
+    if isinstance(argv, list):
+        commands += [" ".join(map(str, a)) for a in argv if isinstance(a, list)]
+    for text in commands:
+        if not isinstance(text, str):
+            continue
+        hosts, total = HOST_FLAG.search(text), NP_FLAG.search(text)
+        if not hosts:
+            continue
+        slots = []
+        for item in hosts.group(1).split(","):
+            name, _, count = item.partition(":")
+            slots.append(as_int(count) if count else 1)
+        if None in slots:
+            continue
+        wanted = int(total.group(1)) if total else sum(slots)
+        if wanted > sum(slots):  # oversubscribed: ranks go round-robin over the hosts
+            base, extra = divmod(wanted, len(slots))
+            return [base + (1 if i < extra else 0) for i in range(len(slots))], "the launch's host list"
+        placed: list[int] = []
+        for slot in slots:  # by slot: each host is filled before the next
+            placed.append(min(slot, wanted - sum(placed)))
+        return [p for p in placed if p > 0], "the launch's host slots"
+    count, hosts = as_int(dig(rec.summary, "num_accelerators")), as_int(dig(rec.summary, "num_hosts"))
+    if count is not None and hosts:
+        base, extra = divmod(count, hosts)
+        return [base + (1 if i < extra else 0) for i in range(hosts)], "summary.json num_accelerators / num_hosts"
+    return None, "nowhere"
+
+
+@rule("4.6.2", "checkpointClosedAcceleratorsPerHost")
+def closed_per_host(pkg: Package) -> Iterable[Finding]:
+    """A CLOSED run puts more than 4 simulated accelerators on each host, Table 2's total in all."""
+    for wl, rec in _runs(pkg):
+        if wl.division != "closed":
+            continue
+        required = wl.checker["closed_mpi_processes"].get(_model(rec, wl))
+        layout, where = _per_host(rec)
+        if layout is None:
+            yield _cannot("4.6.2", INVALID, rec, "the accelerators per host", rec.meta_problem or rec.summary_problem or "no record of the hosts")
+            continue
+        few = [n for n in layout if n <= wl.checker["checkpoint_min_accelerators_per_host_exclusive"]]
+        if few:
+            yield finding("4.6.2", INVALID, rec.meta_path if rec.meta is not None else rec.summary_path,
+                          f"hosts run {layout} accelerators (from {where}); each must run more than {wl.checker['checkpoint_min_accelerators_per_host_exclusive']}")
+        if required is not None and sum(layout) != required:
+            yield finding("4.6.2", INVALID, rec.meta_path if rec.meta is not None else rec.summary_path,
+                          f"the hosts run {sum(layout)} accelerators in all (from {where}), not the {required} of Table 2")
+
+
+_REFERENCES: dict[str, dict | None] = {}
+
+
+def _reference(model: str) -> dict | None:
+    if model not in _REFERENCES:
+        from mlpstorage_py.benchmarks import workloads
+
+        try:
+            _REFERENCES[model] = workloads.checkpointing(model)
+        except Exception:  # noqa: BLE001 - no configs/ (an installed wheel) or no file: reported, not fatal
+            _REFERENCES[model] = None
+    return _REFERENCES[model]
+
+
+@rule("4.6.3", "checkpointClosedCheckpointParameters")
+def closed_parameters(pkg: Package) -> Iterable[Finding]:
+    """A CLOSED run's configuration equals its model's reference but for checkpoint.checkpoint_folder."""
+    allowed = tables.param_allowlist("checkpointing", "closed") | tables.tool_injected_params("checkpointing") | COUNTED_ELSEWHERE
+    for wl, rec in _runs(pkg):
+        if wl.division != "closed":
+            continue
+        model = _model(rec, wl)
+        reference = _reference(model)
+        if reference is None:
+            yield finding("4.6.3", INFO, rec.path, f"no reference configuration for {model} to compare with")
+            continue
+        recorded, where = _configuration(rec)
+        if recorded is None:
+            yield _cannot("4.6.3", INVALID, rec, "the workload configuration", rec.meta_problem or "no parameters recorded")
+            continue
+        ours, theirs = flatten(recorded), flatten(reference)
+        changed = sorted(k for k in ours.keys() & theirs.keys() if k not in allowed and canonical(ours[k]) != canonical(theirs[k]))
+        extra = sorted(k for k in ours.keys() - theirs.keys() if k not in allowed)
+        missing = sorted(k for k in theirs.keys() - ours.keys() if k not in allowed)
+        path = rec.meta_path if where != "dlio_config/config.yaml" else rec.path / "dlio_config" / "config.yaml"
+        for key in changed:
+            yield finding("4.6.3", INVALID, path, f"{key} is {ours[key]!r} ({where}); the {model} reference has {theirs[key]!r} "
+                                                  "and CLOSED may change only checkpoint.checkpoint_folder")
+        if extra:
+            yield finding("4.6.3", INVALID, path, f"{where} carries parameters the reference lacks: {', '.join(extra)}")
+        if missing:
+            yield finding("4.6.3", INVALID, path, f"{where} lacks reference parameters: {', '.join(missing)}")
+
+
+@rule("4.6.4", "checkpointOpenSubmissionScaling")
+def open_scaling(pkg: Package) -> Iterable[Finding]:
+    """An OPEN run's process count is a multiple of TP x PP."""
+    for wl, rec in _runs(pkg):
+        if wl.division != "open":
+            continue
+        recorded = _processes(rec)
+        configuration, _ = _configuration(rec)
+        parallelism = dig(configuration, "model", "parallelism") or {}
+        unit = (as_int(dig(parallelism, "tensor")) or 1) * (as_int(dig(parallelism, "pipeline")) or 1)
+        if not recorded:
+            yield _cannot("4.6.4", INVALID, rec, "the process count", rec.meta_problem or rec.summary_problem)
+            continue
+        processes = next(iter(recorded.values()))
+        if unit > 0 and processes % unit:
+            yield finding("4.6.4", INVALID, rec.meta_path if rec.meta is not None else rec.summary_path,
+                          f"{processes} processes is not a multiple of TP x PP = {unit}: OPEN scales in whole model replicas")
+
+
+# --- 4.7 simultaneous read/write or remapping ----------------------------------------------
+
+@rule("4.7.1", "checkpointCacheFlushValidation")
+def cache_flush(pkg: Package) -> Iterable[Finding]:
+    """10 writes then 10 reads (one combined or two invocations); a failover gap of at most 30 s."""
+    for wl, recs in _by_workload(pkg):
+        table = [(rec, *counts(rec)) for rec in recs]
+        if wl.division == "closed":
+            unknown = [rec for rec, w, r, _ in table if w is None]
+            for rec in unknown:
+                yield _cannot("4.7.1", INVALID, rec, "the checkpoint counts", rec.meta_problem or "no num_checkpoints_write/read recorded")
+            if not unknown:
+                shape = [(w, r) for _, w, r, _ in table]
+                n = wl.checker["checkpoint_closed_count"]
+                if len(recs) == 1 and shape != [(n, n)]:
+                    yield finding("4.7.1", INVALID, recs[0].path, f"a single CLOSED invocation writes and reads {n}; it records "
+                                                                  f"{shape[0][0]} writes and {shape[0][1]} reads ({table[0][3]})")
+                elif len(recs) == 2 and shape != [(n, 0), (0, n)]:
+                    yield finding("4.7.1", INVALID, wl.path, f"two CLOSED invocations are a {n}-write phase then a {n}-read phase; "
+                                                             f"they record (writes, reads) {shape[0]} then {shape[1]}")
+                elif len(recs) == 2:
+                    end, start = recs[0].summary_time("end"), recs[1].summary_time("start")
+                    seconds = _interval(recs[0], end, recs[1], start)
+                    if seconds is None:
+                        yield finding("4.7.1", INVALID, recs[1].summary_path, "cannot show the read phase started after the write "
+                                                                              "phase ended: summary.json start/end missing")
+                    elif seconds < 0:
+                        yield finding("4.7.1", INVALID, recs[1].summary_path, f"the read phase started {-seconds:,.1f} s before the "
+                                                                              "write phase ended")
+                elif len(recs) > 2:
+                    yield finding("4.7.1", INVALID, wl.path, f"a CLOSED workload holds one or two invocations, not {len(recs)}")
+        writes = [i for i, rec in enumerate(recs) if is_write(rec)]
+        reads_only = [i for i, rec in enumerate(recs) if is_read(rec) and not is_write(rec)]
+        if reads_only and (not writes or reads_only[0] < writes[0]):
+            yield finding("4.7.1", INVALID, recs[reads_only[0]].path, "a read phase precedes every write phase: the checkpoints "
+                                                                     "it read were not written by this result")
+        pair = _two_invocations(recs)
+        if pair is None:
+            continue
+        write, read = pair
+        (end, end_from), (start, start_from) = _write_end(write), _read_start(read)
+        gap = _interval(write, end, read, start)
+        if gap is None:
+            yield finding("4.7.1", WARNING, read.path, f"cannot compute the failover gap: {end_from} of {write.path.name} and "
+                                                       f"{start_from} of {read.path.name} are missing or on unrelated clocks")
+        elif gap > wl.checker["checkpoint_failover_gap_s"]:
+            yield finding("4.7.1", INVALID, read.path, f"failover gap {gap:,.1f} s ({start_from} of {read.path.name} - {end_from} of "
+                                                       f"{write.path.name}) exceeds {wl.checker['checkpoint_failover_gap_s']:g} s")
+        elif gap < 0:
+            yield finding("4.7.1", WARNING, read.path, f"failover gap is negative ({gap:,.1f} s): clock skew between the two "
+                                                       "invocations' hosts")
+
+
+@rule("4.7.2", "checkpointTotalTestDuration")
+def total_duration(pkg: Package) -> Iterable[Finding]:
+    """A two-invocation workload records its first write's start and its last read's end."""
+    for wl, recs in _by_workload(pkg):
+        if len(recs) < 2:
+            continue
+        writes, reads = [r for r in recs if is_write(r)], [r for r in recs if is_read(r)]
+        if not writes or not reads:
+            continue  # 4.7.1 and 2.1.23 report a workload without both phases
+        first, last = writes[0], reads[-1]
+        start, end = first.summary_time("start"), last.summary_time("end")
+        if start is None:
+            yield finding("4.7.2", INVALID, first.summary_path, f"the first write phase records no start time "
+                                                                f"({first.summary_problem or 'summary.json has no start'})")
+        if end is None:
+            yield finding("4.7.2", INVALID, last.summary_path, f"the last read phase records no end time "
+                                                               f"({last.summary_problem or 'summary.json has no end'})")
+        if start is not None and end is not None:
+            seconds = _interval(first, start, last, end)
+            if seconds is not None and seconds <= 0:
+                yield finding("4.7.2", INVALID, last.summary_path, f"the total test duration is {seconds:,.1f} s: the last "
+                                                                   "read ends before the first write starts")
+
+
+def _systems(pkg: Package) -> dict[tuple[str, str, str], list[Workload]]:
+    """Systems with checkpointing results, and their checkpointing workloads."""
+    found: dict[tuple[str, str, str], list[Workload]] = defaultdict(list)
+    seen = set()
+    for wl, _ in checkpointing_leaves(pkg):
+        if wl.path not in seen:
+            seen.add(wl.path)
+            found[(wl.division, wl.org, wl.system)].append(wl)
+    return found
+
+
+def _capabilities(pkg: Package, division: str, org: str, system: str) -> tuple[dict | None, str | None, Path]:
+    sut, problem, path = system_description(pkg, division, org, system)
+    if problem:
+        return None, problem, path
+    caps = dig(sut, "solution", "capabilities")
+    if not isinstance(caps, dict):
+        return None, f"{path.name} has no system_under_test.solution.capabilities", path
+    return caps, None, path
+
+
+@rule("4.7.3", "checkpointRemappingTimeReporting")
+def remapping_time(pkg: Package) -> Iterable[Finding]:
+    """remap_time_in_seconds is reported, agrees with the simultaneous flags, and the phases respect it."""
+    for (division, org, system), wls in sorted(_systems(pkg).items()):
+        caps, problem, path = _capabilities(pkg, division, org, system)
+        if caps is None:
+            yield finding("4.7.3", INVALID, path, f"no remap_time_in_seconds: {problem}")
+            continue
+        remap = as_number(caps.get("remap_time_in_seconds"))
+        if remap is None or remap < 0 or isinstance(caps.get("remap_time_in_seconds"), bool):
+            yield finding("4.7.3", INVALID, path, f"capabilities.remap_time_in_seconds is {caps.get('remap_time_in_seconds')!r}, "
+                                                  "not a number of seconds (0 for a solution that does not remap)")
+            continue
+        write_ok, read_ok = caps.get("simultaneous_write"), caps.get("simultaneous_read")
+        if write_ok is True and read_ok is True and remap != 0:
+            yield finding("4.7.3", INVALID, path, f"simultaneous reads and writes are declared, so remap_time_in_seconds must be 0, not {remap:g}")
+        elif (write_ok is False or read_ok is False) and not remap > 0:
+            yield finding("4.7.3", INVALID, path, "simultaneous_write or simultaneous_read is false, so the solution remaps and "
+                                                  "must report a remap_time_in_seconds greater than 0")
+        if not remap > 0:
+            continue
+        by_path = {w.path: recs for w, recs in _by_workload(pkg)}
+        for wl in wls:
+            pair = _two_invocations(by_path.get(wl.path, []))
+            if pair is None:
+                continue
+            write, read = pair
+            seconds = _interval(write, write.summary_time("end"), read, read.summary_time("start"))
+            if seconds is None:
+                yield finding("4.7.3", INVALID, read.summary_path, "cannot measure the remapping interval: summary.json end/start missing")
+            elif seconds < remap / 2:
+                yield finding("4.7.3", INVALID, read.summary_path, f"the read phase started {seconds:,.1f} s after the write phase "
+                                                                   f"ended, less than half the reported {remap:g} s remap time")
+
+
+@rule("4.7.4", "checkpointSimultaneousRwSupport")
+def simultaneous_rw(pkg: Package) -> Iterable[Finding]:
+    """The system description declares multi_host, simultaneous_write and simultaneous_read."""
+    for (division, org, system), wls in sorted(_systems(pkg).items()):
+        caps, problem, path = _capabilities(pkg, division, org, system)
+        if caps is None:
+            yield finding("4.7.4", INVALID, path, f"cannot read the solution's capabilities: {problem}")
+            continue
+        missing = [k for k in ("multi_host", "simultaneous_write", "simultaneous_read") if not isinstance(caps.get(k), bool)]
+        if missing:
+            yield finding("4.7.4", INVALID, path, f"capabilities lack the boolean field(s) {', '.join(missing)}")
+        false = [k for k in ("simultaneous_write", "simultaneous_read") if caps.get(k) is False]
+        by_path = {w.path: recs for w, recs in _by_workload(pkg)}
+        completed = any(_metric(rec) for wl in wls for rec in by_path.get(wl.path, []))
+        if false and completed:
+            yield finding("4.7.4", WARNING, path, f"{' and '.join(false)} false: checkpoints must be remapped between the phases "
+                                                  "(4.7.3)")
