@@ -31,7 +31,9 @@ MAX_DIM = 32768
 DEFAULT_RUNTIME = 60
 DEFAULT_QUERIES = 1000
 # OPEN-only flags and the value CLOSED runs with (a different value makes the run OPEN).
-OPEN_DEFAULTS = {"host": None, "port": None, "seed": 42, "distribution": "uniform", "search_limit": 10,
+# The server endpoint (--host/--port) is where the database under test runs, not a workload
+# choice, so it does not make a run OPEN.
+OPEN_DEFAULTS = {"seed": 42, "distribution": "uniform", "search_limit": 10,
                  "num_query_vectors": 1000, "compact": False, "nlist": None}
 
 

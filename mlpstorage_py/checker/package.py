@@ -84,6 +84,17 @@ def _links_out(path: Path, root: Path) -> bool:
     return any(p.is_symlink() for p in [path, *path.parents] if root in p.parents)
 
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: same data, much faster
+
+
+def load_yaml(path: Path) -> Any:
+    """Parsed YAML, or {"__unreadable__": reason} so a broken file is a finding, not a crash."""
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return {"__unreadable__": f"{path.name}: {exc}"}
+
+
 def read_object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object; any other shape is reported like a parse error."""
     data = read_json(path)
@@ -154,10 +165,9 @@ class Package:
         return None
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
-        path = self.root / division / org / "submission.yaml"
-        if not path.is_file():
-            return None
-        try:
-            return path, yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            return path, {"__unreadable__": str(exc)}
+        """<division>/<org>/submission.yaml, parsed once per validation."""
+        cache = vars(self).setdefault("_manifests", {})
+        if (division, org) not in cache:
+            path = self.root / division / org / "submission.yaml"
+            cache[(division, org)] = (path, load_yaml(path)) if path.is_file() else None
+        return cache[(division, org)]

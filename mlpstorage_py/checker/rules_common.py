@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import functools
 from pathlib import Path
 from typing import Iterable
 
 import yaml
 
-from mlpstorage_py.checker.package import Package, read_json
+from mlpstorage_py.checker.package import Package, load_yaml, read_json
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
@@ -62,12 +62,13 @@ def code_images(pkg: Package) -> Iterable[Finding]:
             yield finding("2.1.6", INVALID, image, f"tree hash {actual} != recorded {recorded}: the image was modified")
 
 
+@functools.cache
 def reference_digests(edition: str) -> list[str]:
     """Published reference digests of the sanctioned release (code-images/reference-digests.yaml)."""
     path = code_image.source_root() / "code-images" / "reference-digests.yaml"
     if not path.is_file():
         return []
-    table = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    table = load_yaml(path) or {}
     return list((table.get("editions") or {}).get(edition) or [])
 
 

@@ -401,9 +401,17 @@ class Workload:
     checker: dict
 
 
-def workloads(pkg: Package, family: str) -> Iterator[Workload]:
+def workloads(pkg: Package, family: str) -> list[Workload]:
     """Every real workload directory of a family the edition sanctions, in the submissions the
-    checker can judge (a directory of any other name is reported by 2.1.11/2.1.21 alone)."""
+    checker can judge (a directory of any other name is reported by 2.1.11/2.1.21 alone).
+    Listed once per validation: many rules ask."""
+    cache = vars(pkg).setdefault("_workloads", {})
+    if family not in cache:
+        cache[family] = list(_find_workloads(pkg, family))
+    return cache[family]
+
+
+def _find_workloads(pkg: Package, family: str) -> Iterator[Workload]:
     for division, org, org_dir in pkg.orgs:
         block = checker_of(pkg, division, org)
         if not block:

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.checker.package import Leaf, Package, load_yaml
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.rules import tables
 
@@ -189,12 +189,9 @@ def _system(pkg: Package, leaf: Leaf) -> dict:
 @functools.lru_cache(maxsize=256)
 def _system_yaml(path: Path) -> dict:
     """systems/<system>.yaml's system_under_test block, read once per file."""
-    import yaml
-
-    try:
-        return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system_under_test") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
-        return {}
+    data = load_yaml(path) if path.is_file() else {}
+    block = data.get("system_under_test") if isinstance(data, dict) else None
+    return block if isinstance(block, dict) else {}
 
 
 @rule("3.3.3", "trainingSingleHostSimulatedAccelerators")

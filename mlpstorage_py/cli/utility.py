@@ -30,8 +30,9 @@ def register(top: Any) -> None:
 
     p = top.add_parser("reports", help="aggregate results: `reports reportgen`")
     sub = p.add_subparsers(dest="report_command", metavar="<command>", required=True)
-    r = sub.add_parser("reportgen", help="write each organization's submission.yaml",
-                       description="Inventory the leaves of a results tree into each organization's submission.yaml.")
+    r = sub.add_parser("reportgen", help="write the results tables, public IDs and submission.yaml",
+                       description="Compute each result's figures by the rules into results.json, the organization's "
+                                   "results.json/results.csv rollups with pinned Public IDs, and submission.yaml.")
     add_universal(r, writes_leaf=False)
     r.set_defaults(_handler="reportgen")
 

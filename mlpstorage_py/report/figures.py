@@ -87,7 +87,8 @@ def vector_database(runs: list[Leaf]) -> tuple[Figures, list[str]]:
         issues.append(f"expected {expected} vector database runs, found {len(runs)}")
 
     def mean(key: str) -> float | None:
-        values = [(leaf.summary or {}).get(key) for leaf in runs]
+        # disk figures sit at the top level (published summaries) or under disk_io (ours)
+        values = [(leaf.summary or {}).get(key, ((leaf.summary or {}).get("disk_io") or {}).get(key)) for leaf in runs]
         return statistics.fmean(values) if values and all(isinstance(v, (int, float)) for v in values) else None
 
     recall = mean("recall")

@@ -448,7 +448,7 @@ def lite_refusal(index_type: str) -> str:
     need = ".".join(map(str, fam.min_server))
     return (f"{index_type} is not implemented by Milvus Lite (the embedded default: it builds HNSW, IVF_FLAT, IVF_SQ8 "
             f"and FLAT, and rejects {index_type}); point --host/--port at a Milvus {need}+ server "
-            f"(--host/--port are OPEN tunables, Rules 5.6.5). No other index is substituted.")
+            f"(the server of the storage system under test). No other index is substituted.")
 
 
 def _iso(epoch: float) -> str:

@@ -1,0 +1,56 @@
+"""How long `validate` takes on a large package: a valid synthetic package (tests/synthetic.py)
+whose system directory is replicated until the package holds about --leaves run leaves, then
+validated in-process. Prints leaves, seconds and leaves/second, and the time to walk the tree
+with os.walk as the reference measured in the same run (the floor any checker pays).
+
+    .venv/bin/python bench/validate_speed.py [--leaves 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from synthetic import make_package  # noqa: E402
+
+from mlpstorage_py import checker  # noqa: E402
+from mlpstorage_py.report import reportgen  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--leaves", type=int, default=10_000)
+    opts = parser.parse_args()
+    base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        root = make_package(Path(tmp) / "pkg")
+        results = root / "closed" / "Acme" / "results"
+        template = results / "sys1"
+        per_system = sum(1 for p in template.rglob("*") if p.is_dir() and p.name[:8].isdigit())
+        systems = max(1, opts.leaves // per_system)
+        for i in range(2, systems + 1):
+            shutil.copytree(template, results / f"sys{i}")
+            for ext in ("yaml", "pdf"):
+                shutil.copyfile(root / "closed/Acme/systems" / f"sys1.{ext}", root / "closed/Acme/systems" / f"sys{i}.{ext}")
+        reportgen.generate(root)
+        start = time.perf_counter()
+        files = sum(len(f) for _, _, f in os.walk(root))
+        walk = time.perf_counter() - start
+        start = time.perf_counter()
+        pkg, findings = checker.validate(root)
+        took = time.perf_counter() - start
+    invalid = sum(f.severity == "INVALID" for f in findings)
+    print(f"{len(pkg.leaves)} leaves ({systems} systems, {files} files): validate {took:.2f} s "
+          f"({len(pkg.leaves) / took:,.0f} leaves/s), {invalid} invalid findings")
+    print(f"os.walk of the same tree: {walk:.2f} s; validate / walk = {took / walk:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
