@@ -261,3 +261,12 @@ def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, sma
     assert stamp_file["dlio"]["source"] == "kv-cache.py"
     assert all(k.split(".")[0] in ("options", "sequence", "global") for k in stamp_file["core_config"]["keys"])
     assert not any(cache_dir.glob("rank_*/*.npy"))  # every rank removed its KV files
+
+
+def test_datasize_bounds_the_storage_tier_per_option_without_a_leaf(cli, results):
+    res = cli("closed", "kvcache", "datasize", "-np", "2", "-rd", results, "-sn", "sys1")
+    assert res.rc == 0, res.err
+    # option 1: 200 users x 32,768 tokens x 128 KiB per token (llama3.1-8b) = 800 GiB per rank
+    assert "option 1: 800.0 GiB per rank, 1,600.0 GiB in all" in res.out
+    assert "command:" not in res.out
+    assert all_leaves(results) == []

@@ -338,6 +338,8 @@ class KVCacheBenchmark(Benchmark):
                                   "host_count": len(layout.hosts), "total_ranks": layout.total_ranks,
                                   "kv_cache_args": per_option}
         plan.report = self._report(parameters, layout)
+        if req.command == "datasize":
+            plan.commands = []
         return plan
 
     def _report(self, parameters: dict[str, Any], layout: Layout) -> list[str]:
@@ -358,7 +360,22 @@ class KVCacheBenchmark(Benchmark):
             total += seq["trials"] * (option["duration"] + STARTUP_ESTIMATE_S)
         total += max(0, len(options) - 1) * seq["inter_option_delay_s"]
         lines.append(f"estimated duration: {total / 60:.1f} min ({total:.0f} s)")
-        lines.append("  ({stamp} in the commands is the leaf's timestamp, named in every rank's result file)")
+        if self.request.command == "datasize":
+            lines += self._footprint(options, layout)
+        if self.request.command != "datasize":
+            lines.append("  ({stamp} in the commands is the leaf's timestamp, named in every rank's result file)")
+        return lines
+
+    def _footprint(self, options: dict[str, Any], layout: Layout) -> list[str]:
+        """Upper bound of the storage tier each Option can fill: every user's conversation at the
+        simulator's context cap, on every rank (the CPU tier would hold part of it)."""
+        cap = int(self.table["sizing"]["max_context_tokens"])
+        lines = [f"storage tier upper bound (users x {cap:,} tokens x KV bytes per token, per rank and for "
+                 f"{layout.total_ranks} rank(s)):"]
+        for key, option in options.items():
+            per_rank = int(option["num_users"]) * cap * kv_bytes_per_token(option["model"])
+            lines.append(f"  option {key}: {per_rank / 2**30:,.1f} GiB per rank, "
+                         f"{per_rank * layout.total_ranks / 2**30:,.1f} GiB in all")
         return lines
 
     def preflight(self, plan: Plan) -> None:

@@ -48,9 +48,9 @@ def systemname(bench: Benchmark) -> str:
 
 def run(bench: Benchmark) -> int:
     req = bench.request
-    # configview, and checkpointing datasize (which has no phase directory), only print.
+    # configview, and checkpointing/kvcache datasize (no phase directory in the rules), only print.
     plan_only = req.mode == "whatif" or req.command == "configview" or \
-        (req.benchmark == "checkpointing" and req.command == "datasize")
+        (req.benchmark in ("checkpointing", "kvcache") and req.command == "datasize")
     if not plan_only:
         system = systemname(bench)
         results_dir, source = resolve_results_dir(req.arg("results_dir"))

@@ -45,7 +45,8 @@ def register(benches: Any, mode: str) -> None:
                                            "times, one kv-cache.py per MPI rank.")
     bench.set_defaults(model=table["closed_model"])
     commands = bench.add_subparsers(dest="command", metavar="<command>", required=True)
-    for name, text in (("run", "run the Options and aggregate the ranks' results (Rules 6.3.4)"),):
+    for name, text in (("datasize", "estimate how much KV cache each Option can place on the storage tier"),
+                       ("run", "run the Options and aggregate the ranks' results (Rules 6.3.4)")):
         p = command_parser(commands, name, text, "kvcache")
         p.add_argument("--cache-dir", help="the storage tier under test; each rank uses <cache-dir>/rank_<N>/ "
                                            "(must be on another file system than --results-dir)")
