@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,3 +112,28 @@ def subprocess_env(tmp_path: Path) -> dict[str, str]:
     env["HOME"] = str(tmp_path / "home")
     env.pop("PYTHONPATH", None)
     return env
+
+
+@pytest.fixture
+def other_fs_dir(tmp_path) -> Path:
+    """A directory on another filesystem than the results (tmpfs), as the rules want for data,
+    checkpoints and caches; removed afterwards."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("needs /dev/shm on a separate filesystem")
+    path = shm / f"mlps-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def realdata_copy(tmp_path) -> Path:
+    """A writable copy of the published packages (tests that use it skip without ../shared)."""
+    if not REALDATA.is_dir():
+        pytest.skip("../shared/realdata is absent")
+    root = tmp_path / "pkg"
+    shutil.copytree(REALDATA / "closed", root / "closed")
+    for path in root.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return root

@@ -22,12 +22,8 @@ RULES = ("3.1.2", "3.2.1", "3.3.1", "3.3.2", "3.3.4", "3.3.6", "3.3.7", "3.3.8",
 
 
 @pytest.fixture
-def pkg(tmp_path) -> Path:
-    root = tmp_path / "pkg"
-    shutil.copytree(REALDATA / "closed", root / "closed")
-    for path in root.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return root
+def pkg(realdata_copy) -> Path:
+    return realdata_copy
 
 
 def findings(root: Path, rule: str) -> list:

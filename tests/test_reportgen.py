@@ -18,13 +18,6 @@ NEWFW = "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC"
 ALLUXIO = "closed/Alluxio/results/aws_c7i48xlarge_i3en12xlarge_1c_1s_8a"
 
 
-@pytest.fixture
-def realdata_copy(tmp_path) -> Path:
-    root = tmp_path / "pkg"
-    shutil.copytree(REALDATA / "closed", root / "closed")
-    for path in root.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return root
 
 
 def expected_read_bw(run_dir: Path) -> float:

@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_checkpointing  # noqa: F401 - registers the rules
+from mlpstorage_py.checker import rules_vdb, rules_kvcache  # noqa: F401 - registers sections 5 and 6
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding
 from mlpstorage_py.rules.tables import rule_index

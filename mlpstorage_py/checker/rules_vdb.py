@@ -1,0 +1,696 @@
+"""Section 5: vector database workloads (Rules 5.1.1-5.6.5; 5.6.1 is checked in rules_common).
+
+A leaf is vector_database/<engine>/<INDEX>/<datagen|run>/<timestamp>/. What it ran is recorded
+in its summary.json (both phases), config.json, result_verdict.json and recall_stats.json (run),
+its *_metadata.json (args, parameters, override_parameters) and its log (the df records of
+5.4.2). The v3.0 release's published leaves keep only summary.json: a rule whose evidence
+lives in a file the leaf lacks reports that file, never passes silently.
+
+Numbers come from the edition's checker block (runs_per_result, vdb_closed_fixed,
+vdb_open_backends), rules/params.yaml, rules/workloads.yaml and configs/vectordb/default.yaml
+(the scale table of 5.1.1). Rules 5.3.2 and 5.3.3 name a minimum recall and a minimum query
+count that no table defines: they are reported as INFO, never invented.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+import yaml
+
+from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
+from mlpstorage_py.checker.rules_structure import (
+    FILE, LeafRecord, as_int, as_number, checker_of, dig, entries, load_json, read_text, record, sanctioned,
+    system_description)
+from mlpstorage_py.rules import tables
+from mlpstorage_py.rules.core_config import canonical, flatten
+
+FAMILY = "vector_database"
+METRIC_KEYS = ("throughput_qps", "mean_latency_ms", "p95_latency_ms", "p99_latency_ms", "p999_latency_ms")  # 5.3.4
+LOG_LIMIT = 1 << 20
+DF_LINE = re.compile(r"\bdf (?P<label>.+?): (?P<path>\S.*)$")
+DF_HEADER = re.compile(r"\bFilesystem\b.*\bMounted on\s*$")
+INDEX_DONE = re.compile(r"index(?:ing| build(?:ing)?)?\b.*\b(?:complete|completed|finished|done)\b", re.IGNORECASE)
+OBJECT_TYPES = ("s3", "object", "minio", "gcs", "azure")
+
+
+# --- the leaves as recorded ----------------------------------------------------------------
+
+@dataclass
+class Vdb:
+    leaf: Leaf
+    rec: LeafRecord
+    checker: dict
+
+    @property
+    def path(self) -> Path:
+        return self.leaf.path
+
+    @property
+    def division(self) -> str:
+        return self.leaf.division
+
+    @property
+    def engine(self) -> str:
+        return self.leaf.parts[0]
+
+    @property
+    def index_dir(self) -> str:
+        return self.leaf.parts[1]
+
+    @property
+    def summary(self) -> dict | None:
+        return self.rec.summary
+
+    @property
+    def summary_problem(self) -> str | None:
+        return self.rec.summary_problem
+
+    @property
+    def meta(self) -> dict | None:
+        return self.rec.meta
+
+    @functools.cached_property
+    def config(self) -> tuple[dict | None, str | None]:
+        """config.json: (object, None), (None, why) when broken, (None, None) when absent."""
+        path = self.path / "config.json"
+        if not path.exists() and not path.is_symlink():
+            return None, None
+        data, problem = load_json(path)
+        if problem is None and not isinstance(data, dict):
+            problem = "config.json is not a JSON object"
+        return (data, None) if problem is None else (None, problem)
+
+    @functools.cached_property
+    def parameters(self) -> tuple[dict | None, str]:
+        """The resolved workload parameters: config.json's, else the metadata's."""
+        config, _ = self.config
+        for where, block in (("config.json", dig(config, "parameters")), ("metadata", dig(self.meta, "parameters"))):
+            if isinstance(block, dict) and block:
+                return block, where
+        return None, "nowhere"
+
+    def param(self, *keys: str) -> Any:
+        return dig(self.parameters[0], *keys)
+
+    def value(self, summary_key: str, *param_keys: str) -> tuple[Any, str]:
+        """A fact from summary.json, else from the recorded parameters."""
+        value = dig(self.summary, summary_key)
+        if value is not None:
+            return value, "summary.json"
+        value = self.param(*param_keys)
+        return value, (self.parameters[1] if value is not None else "nowhere")
+
+    def database(self) -> tuple[str | None, str]:
+        value = dig(self.summary, "database")
+        if isinstance(value, dict):
+            value = value.get("database")
+        if isinstance(value, str) and value:
+            return value, "summary.json"
+        config, _ = self.config
+        for where, found in (("config.json", dig(config, "database", "database")),
+                             (self.parameters[1], self.param("database", "database")),
+                             ("metadata", dig(self.meta, "args", "vdb_engine"))):
+            if isinstance(found, str) and found:
+                return found, where
+        return None, "nowhere"
+
+    def index_type(self) -> tuple[str | None, str]:
+        value, where = self.value("index_type", "index", "index_type")
+        return (str(value), where) if value is not None else (None, where)
+
+    def evidence_problem(self) -> str:
+        """Why neither config.json nor the metadata can be read, for 'cannot check' messages."""
+        config_problem = self.config[1] or "no config.json"
+        return f"{config_problem}; {self.rec.meta_problem or 'the metadata records no parameters'}"
+
+
+def _leaves(pkg: Package, command: str | None = None) -> list[Vdb]:
+    cache = vars(pkg).setdefault("_vdb_leaves", {})
+    if "all" not in cache:
+        found = []
+        for leaf in pkg.leaves:
+            if leaf.benchmark != FAMILY:
+                continue
+            block = checker_of(pkg, leaf.division, leaf.org)
+            if block:  # an edition without a checker block is reported by EDN-04
+                found.append(Vdb(leaf, record(pkg, leaf.path), block))
+        cache["all"] = found
+    return [v for v in cache["all"] if command is None or v.leaf.command == command]
+
+
+def _by_workload(items: list[Vdb]) -> dict[Path, list[Vdb]]:
+    grouped: dict[Path, list[Vdb]] = {}
+    for v in items:
+        grouped.setdefault(v.leaf.workload_dir, []).append(v)
+    return grouped
+
+
+def _cannot(number: str, v: Vdb, what: str, why: str | None = None) -> Finding:
+    why = why or v.summary_problem or "not recorded"
+    path = v.rec.summary_path if "summary" in why else v.path
+    return finding(number, INVALID, path, f"cannot check {what}: {why}")
+
+
+def _number(value: Any) -> float | None:
+    number = as_number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _datagen_for(pkg: Package, run: Vdb) -> tuple[list[Vdb], str | None]:
+    """Rules 5.1.2/5.2.2 pairing: the datagen leaf the run names (summary.datagen_leaf), else
+    those of its workload that loaded the same collection, else all of the workload's."""
+    gens = [g for g in _leaves(pkg, "datagen") if g.leaf.workload_dir == run.leaf.workload_dir]
+    named = dig(run.summary, "datagen_leaf")
+    if isinstance(named, str) and named:
+        wanted = PurePosixPath(named).name
+        match = [g for g in gens if g.path.name == wanted]
+        return match, None if match else f"the run names datagen leaf {wanted}, which {run.index_dir}/datagen/ does not hold"
+    if not gens:
+        return [], f"{run.engine}/{run.index_dir}/datagen/ holds no datagen (load) leaf"
+    collection = dig(run.summary, "collection_name") or run.param("dataset", "collection_name")
+    same = [g for g in gens if collection and (dig(g.summary, "collection_name") or g.param("dataset", "collection_name")) == collection]
+    return same or gens, None
+
+
+# --- 5.1 dataset ---------------------------------------------------------------------------
+
+def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
+    """(num_vectors, dimension) pairs of 5.1.1's table: the checker block's, else configs/vectordb's."""
+    if block.get("vdb_scales"):
+        return [tuple(map(int, s)) for s in block["vdb_scales"]], "the edition's checker block (vdb_scales)"
+    try:
+        from mlpstorage_py.benchmarks.workloads import configs_dir
+
+        path = configs_dir() / "vectordb" / "default.yaml"
+        scales = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})[FAMILY].get("sanctioned_scales")
+    except Exception:  # noqa: BLE001 - no source checkout, unreadable table: the table is then undefined
+        scales = None
+    if not scales:
+        return None, "no table"
+    return [(int(n), int(d)) for n, d in scales], "configs/vectordb/default.yaml sanctioned_scales"
+
+
+@rule("5.1.1", "vdbDatasetScale")
+def dataset_scale(pkg: Package) -> Iterable[Finding]:
+    """Each run's num_vectors x dimension is one of the defined scales."""
+    told: set[Path] = set()
+    for v in _leaves(pkg, "run"):
+        n, n_from = v.value("num_vectors", "dataset", "num_vectors")
+        dim, dim_from = v.value("dimension", "dataset", "dimension")
+        n, dim = as_int(n), as_int(dim)
+        if n is None or dim is None:
+            yield _cannot("5.1.1", v, "the dataset scale", v.summary_problem or "summary.json and config.json record no num_vectors/dimension")
+            continue
+        scales, source = scale_table(v.checker)
+        if scales is None:
+            if v.leaf.workload_dir not in told:
+                told.add(v.leaf.workload_dir)
+                yield finding("5.1.1", INFO, v.leaf.workload_dir, f"the VDB scale table is not defined; {n:,} x {dim} not judged")
+            continue
+        if (n, dim) not in scales:
+            named = ", ".join(f"{a:,} x {b}" for a, b in scales)
+            yield finding("5.1.1", INVALID, v.rec.summary_path, f"{n:,} vectors x {dim} dimensions is not a defined scale ({named}; {source})")
+
+
+@rule("5.1.2", "vdbDimensionConsistency")
+def dimension_consistency(pkg: Package) -> Iterable[Finding]:
+    """Each run's dimension equals the dimension its datagen (load) summary recorded."""
+    for run in _leaves(pkg, "run"):
+        dim = as_int(dig(run.summary, "dimension"))
+        if dim is None:
+            yield _cannot("5.1.2", run, "the dimension", run.summary_problem or "summary.json records no dimension")
+            continue
+        gens, problem = _datagen_for(pkg, run)
+        if problem:
+            yield finding("5.1.2", INVALID, run.path, f"no load summary to compare the dimension with: {problem}")
+            continue
+        loaded = {}
+        for gen in gens:
+            if gen.summary is None:
+                yield finding("5.1.2", INVALID, gen.rec.summary_path, f"cannot read the load dimension: {gen.summary_problem}")
+                continue
+            loaded[gen.path.name] = as_int(gen.summary.get("dimension"))
+        if loaded and dim not in loaded.values():
+            shown = ", ".join(f"{name}: {d}" for name, d in sorted(loaded.items()))
+            yield finding("5.1.2", INVALID, run.rec.summary_path, f"the run queried {dim}-dimensional vectors; the load recorded {shown}")
+
+
+# --- 5.2 load ------------------------------------------------------------------------------
+
+@rule("5.2.1", "vdbCollectionPopulated")
+def collection_populated(pkg: Package) -> Iterable[Finding]:
+    """Datagen inserted exactly num_vectors vectors (and a run's collection held them)."""
+    for v in _leaves(pkg):
+        summary = v.summary
+        if summary is None:
+            if v.leaf.command == "datagen":
+                yield _cannot("5.2.1", v, "the inserted vector count")
+            continue
+        inserted, declared = as_int(summary.get("inserted_vectors")), as_int(summary.get("num_vectors"))
+        if inserted is None or declared is None:
+            if v.leaf.command == "datagen":
+                yield finding("5.2.1", INVALID, v.rec.summary_path, "the load summary records no inserted_vectors or no num_vectors")
+            continue
+        if inserted != declared:
+            what = "inserted" if v.leaf.command == "datagen" else "the collection the run queried held"
+            short = "a shortfall" if inserted < declared else "more than declared"
+            yield finding("5.2.1", INVALID, v.rec.summary_path, f"{what} {inserted:,} vectors; num_vectors is {declared:,} ({short})")
+
+
+def _build_record(gen: Vdb) -> str | None:
+    """Why the load output shows no completed index build, or None."""
+    build = dig(gen.summary, "index_build")
+    if isinstance(build, dict):
+        state = str(build.get("state", "")).lower()
+        indexed, total = as_int(build.get("indexed_rows")), as_int(build.get("total_rows"))
+        pending = as_int(build.get("pending_index_rows"))
+        if state and state not in ("finished", "completed", "done"):
+            return f"the index build ended in state {build.get('state')!r}"
+        if pending:
+            return f"{pending:,} rows were still pending indexing"
+        if indexed is not None and total is not None and indexed < total:
+            return f"{indexed:,} of {total:,} rows were indexed"
+        return None
+    for name, kind, path in entries(gen.path):
+        if kind == FILE and name.endswith(".log"):
+            text, _ = read_text(path, LOG_LIMIT)
+            if text and INDEX_DONE.search(text):
+                return None
+    return "the load output holds no index-build record (summary.json index_build, or a completion line in its log)"
+
+
+
+def _compaction(gen: Vdb) -> str | None:
+    configured = gen.param("workflow", "compact")
+    recorded = dig(gen.summary, "compaction")
+    requested = configured is True or (isinstance(recorded, dict) and recorded.get("requested") is True)
+    if not requested:
+        return None
+    state = str(dig(recorded, "state") or "").lower()
+    if state not in ("completed", "finished", "done"):
+        return f"compaction was configured but the load records it as {dig(recorded, 'state')!r}"
+    return None
+
+
+@rule("5.2.2", "vdbIndexBuildCompleted")
+def index_build(pkg: Package) -> Iterable[Finding]:
+    """The load records a completed index build (and compaction when configured), of the run's index type."""
+    for gen in _leaves(pkg, "datagen"):
+        if gen.summary is None:
+            yield _cannot("5.2.2", gen, "the index build")
+            continue
+        for problem in (_build_record(gen), _compaction(gen)):
+            if problem:
+                yield finding("5.2.2", INVALID, gen.rec.summary_path, problem)
+    for run in _leaves(pkg, "run"):
+        kind, _ = run.index_type()
+        before = dig(run.summary, "served_by", "before")
+        if isinstance(before, dict) and before.get("served_by_named_index") is False:
+            yield finding("5.2.2", INVALID, run.rec.summary_path, f"{before.get('rows_brute_force')} rows were not served by the "
+                                                                 "index when the queries began: the collection was not fully indexed")
+        if kind is None:
+            continue  # 5.6.3 reports a run that records no index type
+        gens, problem = _datagen_for(pkg, run)
+        if problem:
+            continue  # 5.1.2 reports the missing pairing
+        loaded = {g.path.name: dig(g.summary, "index_type") for g in gens if g.summary is not None}
+        if loaded and kind not in {str(t) for t in loaded.values()}:
+            shown = ", ".join(f"{n}: {t}" for n, t in sorted(loaded.items()))
+            yield finding("5.2.2", INVALID, run.rec.summary_path, f"the run used index type {kind}; the load built {shown}")
+
+
+# --- 5.3 runs ------------------------------------------------------------------------------
+
+@rule("5.3.1", "vdbRunCount")
+def run_count(pkg: Package) -> Iterable[Finding]:
+    """Each <INDEX>/run/ holds exactly five timestamp directories, each with a summary.json."""
+    for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
+        expected = int(runs[0].checker["runs_per_result"][FAMILY])
+        if len(runs) != expected:
+            yield finding("5.3.1", INVALID, workload / "run", f"{len(runs)} run timestamp directories; exactly {expected} required")
+        for v in runs:
+            summaries = [(n, k) for n, k, _ in entries(v.path) if n == "summary.json"]
+            if not summaries:
+                yield finding("5.3.1", INVALID, v.path, "no summary.json")
+            elif summaries[0][1] != FILE:
+                yield finding("5.3.1", INVALID, v.path / "summary.json", f"summary.json is a {summaries[0][1]}, not a file")
+            elif v.summary is None:
+                yield finding("5.3.1", INVALID, v.path / "summary.json", f"the run's summary cannot be read: {v.summary_problem}")
+
+
+def _recall(v: Vdb) -> tuple[Any, str]:
+    for key in ("recall", "mean_recall"):
+        if dig(v.summary, key) is not None:
+            return dig(v.summary, key), f"summary.json {key}"
+    if dig(v.summary, "recall_stats", "mean_recall") is not None:
+        return dig(v.summary, "recall_stats", "mean_recall"), "summary.json recall_stats.mean_recall"
+    for path in [v.path / "recall_stats.json", *sorted(v.path.glob("vectordb/*/recall_stats.json"))]:
+        if path.is_file() and not path.is_symlink():
+            data, problem = load_json(path)
+            if problem:
+                return None, problem
+            value = dig(data, "mean_recall")
+            if value is not None:
+                return value, f"{path.relative_to(v.path)} mean_recall"
+    return None, "nowhere"
+
+
+@rule("5.3.2", "vdbRecallReported")
+def recall_reported(pkg: Package) -> Iterable[Finding]:
+    """Each run reports a recall in [0, 1] above zero; the minimum-recall table is not defined (INFO)."""
+    for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
+        seen = []
+        target = runs[0].checker.get("vdb_min_recall")
+        for v in runs:
+            value, where = _recall(v)
+            recall = _number(value)
+            if recall is None:
+                why = where if where != "nowhere" else (v.summary_problem or "summary.json and recall_stats.json report no recall")
+                yield finding("5.3.2", INVALID, v.rec.summary_path, f"no recall reported: {why}")
+                continue
+            if not 0.0 < recall <= 1.0:
+                yield finding("5.3.2", INVALID, v.rec.summary_path, f"recall {recall:g} ({where}) is not in (0, 1]: "
+                                                                   "the measurement failed (a zero recall meets no target)")
+                continue
+            seen.append(recall)
+            if isinstance(target, (int, float)) and recall < target:
+                yield finding("5.3.2", INVALID, v.rec.summary_path, f"recall {recall:.4f} is below the minimum {target}")
+        if seen and not isinstance(target, (int, float)):
+            yield finding("5.3.2", INFO, workload, f"the minimum-recall target table is not defined for this edition; "
+                                                   f"recall {min(seen):.6g} to {max(seen):.6g} reported, not judged")
+
+
+def _issued(v: Vdb) -> tuple[int | None, str]:
+    for key in ("query_count", "total_queries"):
+        count = as_int(dig(v.summary, key))
+        if count is not None:
+            return count, key
+    qps, seconds = _number(dig(v.summary, "throughput_qps")), _number(dig(v.summary, "total_time_seconds"))
+    if qps is not None and seconds is not None:
+        return round(qps * seconds), "throughput_qps x total_time_seconds"
+    return None, "nowhere"
+
+
+@rule("5.3.3", "vdbQueryCountMinimum")
+def query_count(pkg: Package) -> Iterable[Finding]:
+    """Each run issued its queries (all of --queries in query_count mode); the benchmark minimum is not defined (INFO)."""
+    for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
+        minimum = as_int(runs[0].checker.get("vdb_min_queries"))
+        counts = []
+        for v in runs:
+            issued, where = _issued(v)
+            if issued is None:
+                yield _cannot("5.3.3", v, "the issued queries", v.summary_problem or
+                              "summary.json records no query_count, total_queries or throughput_qps x total_time_seconds")
+                continue
+            counts.append(issued)
+            mode = dig(v.summary, "mode") or v.param("run", "mode")
+            requested = as_int(dig(v.summary, "queries_requested")) or as_int(v.param("run", "queries"))
+            if mode == "query_count" and requested is not None and issued < requested:
+                yield finding("5.3.3", INVALID, v.rec.summary_path, f"{issued:,} queries issued ({where}); --queries asked for {requested:,}")
+            if minimum is not None and issued < minimum:
+                yield finding("5.3.3", INVALID, v.rec.summary_path, f"{issued:,} queries issued, fewer than the minimum {minimum:,}")
+        if counts and minimum is None:
+            yield finding("5.3.3", INFO, workload, f"the minimum-query table is not defined for this edition; "
+                                                   f"{min(counts):,} to {max(counts):,} queries issued, not judged")
+
+
+@rule("5.3.4", "vdbMetricsReported")
+def metrics_reported(pkg: Package) -> Iterable[Finding]:
+    """Each run's summary.json reports throughput_qps and the mean/p95/p99/p999 latencies."""
+    for v in _leaves(pkg, "run"):
+        if v.summary is None:
+            yield _cannot("5.3.4", v, "the reported metrics")
+            continue
+        missing = [k for k in METRIC_KEYS if _number(v.summary.get(k)) is None]
+        if missing:
+            yield finding("5.3.4", INVALID, v.rec.summary_path, f"summary.json does not report {', '.join(missing)}")
+
+
+@rule("5.3.5", "vdbGroundTruthIntegrity")
+def ground_truth(pkg: Package) -> Iterable[Finding]:
+    """Each run's recall was scored against ground truth covering every vector of the dataset."""
+    for v in _leaves(pkg, "run"):
+        evidence = False
+        verdict_path = v.path / "result_verdict.json"
+        if verdict_path.exists() or verdict_path.is_symlink():
+            verdict, problem = load_json(verdict_path)
+            flat = dig(verdict, "flat_setup")
+            if problem or not isinstance(flat, dict):
+                yield finding("5.3.5", INVALID, verdict_path, problem or "result_verdict.json has no flat_setup record")
+            else:
+                evidence = True
+                coverage = _number(flat.get("coverage"))
+                if flat.get("ok") is not True:
+                    yield finding("5.3.5", INVALID, verdict_path, f"the ground truth failed to build: {flat.get('reason')!r}")
+                elif coverage is None or coverage < 1.0:
+                    yield finding("5.3.5", INVALID, verdict_path, f"the ground truth covers {coverage!r} of the dataset, not all of it")
+        gt = dig(v.summary, "ground_truth")
+        if isinstance(gt, dict):
+            evidence = True
+            n = as_int(dig(v.summary, "num_vectors"))
+            covered = as_int(gt.get("vectors_covered"))
+            coverage = _number(gt.get("coverage"))
+            duplicates = as_int(gt.get("duplicate_ids")) or 0
+            problems = []
+            if coverage is not None and coverage < 1.0:
+                problems.append(f"coverage {coverage:g}")
+            if covered is not None and n is not None and covered < n:
+                problems.append(f"{covered:,} of {n:,} vectors")
+            if duplicates:
+                problems.append(f"{duplicates:,} duplicate ids")
+            if problems:
+                yield finding("5.3.5", INVALID, v.rec.summary_path,
+                    f"the ground truth does not cover the dataset exactly: {', '.join(problems)}")
+        if not evidence:
+            yield finding("5.3.5", INVALID, v.path, "no ground-truth record: neither result_verdict.json (flat_setup) nor "
+                                                    "summary.json ground_truth shows the recall was scored against complete ground truth")
+
+
+# --- 5.4 / 5.5 storage ----------------------------------------------------------------------
+
+def _api(pkg: Package, v: Vdb) -> str | None:
+    sut, problem, _ = system_description(pkg, v.division, v.leaf.org, v.leaf.system)
+    return None if problem else dig(sut, "solution", "architecture", "benchmark_API")
+
+
+def _apart(a: str, b: str) -> bool:
+    pa, pb = PurePosixPath(a), PurePosixPath(b)
+    return not (pa == pb or pa in pb.parents or pb in pa.parents)
+
+
+@rule("5.4.1", "vdbPathArgs")
+def path_args(pkg: Package) -> Iterable[Finding]:
+    """File-API leaves record a storage root and a results directory, and they are apart."""
+    for v in _leaves(pkg):
+        if _api(pkg, v) == "object":
+            continue  # 5.5.1 validates the backend instead
+        if v.parameters[0] is None and v.meta is None:
+            yield finding("5.4.1", INVALID, v.path, f"cannot check the storage root and results directory: {v.evidence_problem()}")
+            continue
+        root = v.param("storage", "storage_root") or dig(v.meta, "args", "data_dir")
+        results = dig(v.meta, "args", "results_dir") or dig(v.meta, "result_dir")
+        if not root:
+            yield finding("5.4.1", INVALID, v.path, "no storage root recorded (--storage-root, storage.storage_root)")
+        if not results:
+            yield finding("5.4.1", INVALID, v.rec.meta_path, "no results directory recorded (--results-dir)")
+        if root and results and not _apart(str(root), str(results)):
+            yield finding("5.4.1", INVALID, v.path, f"the storage root {root} and the results directory {results} are not different directories")
+
+
+def _df_entries(text: str) -> dict[str, dict[str, str]]:
+    """{label: {path, filesystem, mount}} from the tool's 'df <label>: <path>' log records, each
+    followed by df's header and one data row (with or without the Type column)."""
+    found: dict[str, dict[str, str]] = {}
+    current, typed = None, False
+    for line in text.splitlines():
+        match = DF_LINE.search(line)
+        if match:
+            current = match.group("label").strip()
+            found[current] = {"path": match.group("path").strip()}
+            continue
+        if current is None:
+            continue
+        if DF_HEADER.search(line):
+            typed = " Type " in line
+            continue
+        fields = line.split()
+        use = next((i for i, f in enumerate(fields) if re.fullmatch(r"\d+%|-", f) and i >= 4
+                    and all(x.isdigit() for x in fields[i - 3:i])), None)
+        if use is not None and use + 1 < len(fields):
+            found[current].update(filesystem=fields[use - (5 if typed else 4)], mount=" ".join(fields[use + 1:]))
+            current = None
+    return found
+
+
+def _df_from_log(v: Vdb) -> tuple[tuple[dict, dict] | None, str]:
+    for name, kind, path in entries(v.path):
+        if kind != FILE or not (name.endswith(".log")):
+            continue
+        text, _ = read_text(path, LOG_LIMIT)
+        records = _df_entries(text or "")
+        data = next((r for label, r in records.items() if "data" in label or "storage" in label), None)
+        logs = next((r for label, r in records.items() if "result" in label or "log" in label), None)
+        if data and logs and "mount" in data and "mount" in logs:
+            return (data, logs), name
+    return None, ""
+
+
+@rule("5.4.2", "vdbFilesystemCheck")
+def filesystem_check(pkg: Package) -> Iterable[Finding]:
+    """The leaf's log holds a df of the data directory and of the results directory, on different filesystems."""
+    for v in _leaves(pkg):
+        if _api(pkg, v) == "object":
+            continue
+        found, log = _df_from_log(v)
+        if found:
+            data, logs = found
+            if (data.get("filesystem"), data["mount"]) == (logs.get("filesystem"), logs["mount"]):
+                yield finding("5.4.2", INVALID, v.path / log, f"the data directory {data['path']} and the results directory "
+                                                              f"{logs['path']} are on one filesystem ({data['mount']})")
+            continue
+        fs = dig(v.summary, "filesystems")
+        if isinstance(fs, dict) and isinstance(fs.get("data"), dict) and isinstance(fs.get("results"), dict):
+            if fs.get("same_filesystem") is not False:
+                yield finding("5.4.2", INVALID, v.rec.summary_path, "summary.json's df records put the data and the results on one filesystem")
+            continue
+        recorded, problem = v.rec.fs_separation
+        if recorded is not None:
+            if recorded.get("same_filesystem") is not False:
+                yield finding("5.4.2", INVALID, v.path / "fs_separation.json", "fs_separation.json shows the data and results on one filesystem")
+            continue
+        why = "" if problem == "missing" else f": {problem}"
+        yield finding("5.4.2", INVALID, v.path, "no df of the data directory and the results directory in the leaf's log "
+                                                f"(nor a filesystem record in summary.json or fs_separation.json{why})")
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, str) and any(t in value.lower() for t in OBJECT_TYPES)
+
+
+@rule("5.5.1", "vdbObjectStorageBackend")
+def object_backend(pkg: Package) -> Iterable[Finding]:
+    """An object-API system records an S3-compatible backend; each leaf's storage type agrees with the declared API."""
+    told: set[tuple[str, str, str]] = set()
+    for v in _leaves(pkg):
+        sut, problem, sys_path = system_description(pkg, v.division, v.leaf.org, v.leaf.system)
+        if problem:
+            continue  # 2.1.7 / 2.1.8 report the description
+        api = dig(sut, "solution", "architecture", "benchmark_API")
+        storage_type, _ = v.value("storage_type", "storage", "storage_type")
+        key = (v.division, v.leaf.org, v.leaf.system)
+        if api == "object":
+            architecture = dig(sut, "solution", "architecture") or {}
+            backend = dig(sut, "solution", "storage_backend") or architecture.get("storage_backend")
+            product = architecture.get("product_API")
+            if key not in told and not (_is_object(backend) or product == "object"):
+                told.add(key)
+                yield finding("5.5.1", INVALID, sys_path, f"the object-API system records no S3-compatible storage backend "
+                                                          f"(solution.architecture.product_API is {product!r}, no storage_backend)")
+            if storage_type is not None and not _is_object(storage_type):
+                yield finding("5.5.1", INVALID, v.path, f"storage.storage_type {storage_type!r} is not object storage, "
+                                                        "but the system declares the object API")
+        elif api == "file" and _is_object(storage_type):
+            yield finding("5.5.1", INVALID, v.path, f"storage.storage_type {storage_type!r} is object storage, but the system "
+                                                    "declares the file API")
+
+
+# --- 5.6 CLOSED / OPEN --------------------------------------------------------------------
+
+@rule("5.6.2", "vdbClosedDatabaseBackend")
+def closed_backend(pkg: Package) -> Iterable[Finding]:
+    """CLOSED leaves record database.database milvus, under vector_database/milvus/."""
+    for v in _leaves(pkg):
+        if v.division != "closed":
+            continue
+        allowed = sorted(sanctioned(pkg, v.division, v.leaf.org, FAMILY))
+        database, where = v.database()
+        if database is None:
+            yield _cannot("5.6.2", v, "the database backend", v.summary_problem or "summary.json and config.json record no database.database")
+            continue
+        if database not in allowed:
+            yield finding("5.6.2", INVALID, v.rec.summary_path, f"database {database!r} ({where}); CLOSED runs {', '.join(allowed)}")
+        elif v.engine != database:
+            yield finding("5.6.2", INVALID, v.path, f"the leaf is under vector_database/{v.engine}/ but records database {database!r}")
+
+
+@rule("5.6.3", "vdbClosedIndexTypes")
+def closed_index_types(pkg: Package) -> Iterable[Finding]:
+    """CLOSED leaves record, and sit under, one of the CLOSED index types (DISKANN, HNSW, AISAQ)."""
+    allowed = tables.workloads()[FAMILY]["index_types"]["closed"]
+    for v in _leaves(pkg):
+        if v.division != "closed":
+            continue
+        if v.index_dir not in allowed:
+            yield finding("5.6.3", INVALID, v.leaf.workload_dir,
+                f"index directory {v.index_dir!r} is not a CLOSED index type ({', '.join(allowed)})")
+        kind, where = v.index_type()
+        if kind is None:
+            yield _cannot("5.6.3", v, "the index type", v.summary_problem or "summary.json and config.json record no index_type")
+        elif kind not in allowed:
+            yield finding("5.6.3", INVALID, v.rec.summary_path,
+                f"index_type {kind!r} ({where}) is not a CLOSED index type ({', '.join(allowed)})")
+        elif kind != v.index_dir:
+            yield finding("5.6.3", INVALID, v.rec.summary_path, f"index_type {kind!r} ({where}) differs from its directory {v.index_dir!r}")
+
+
+def _overrides(v: Vdb) -> dict:
+    value = dig(v.meta, "override_parameters")
+    return value if isinstance(value, dict) else {}
+
+
+@rule("5.6.4", "vdbClosedSubmissionParameters")
+def closed_parameters(pkg: Package) -> Iterable[Finding]:
+    """CLOSED leaves change only the CLOSED tunables; the OPEN-only settings keep their CLOSED values."""
+    allowed = tables.param_allowlist(FAMILY, "closed") | tables.tool_injected_params(FAMILY)
+    for v in _leaves(pkg):
+        if v.division != "closed":
+            continue
+        params, where = v.parameters
+        if v.config[1]:
+            yield finding("5.6.4", INVALID, v.path / "config.json", f"cannot read the run's parameters: {v.config[1]}")
+        if params is None and v.meta is None:
+            yield finding("5.6.4", INVALID, v.path, f"cannot check the parameters: {v.evidence_problem()}")
+            continue
+        for key in sorted(k for k in _overrides(v) if k not in allowed):
+            yield finding("5.6.4", INVALID, v.rec.meta_path, f"{key} is not a CLOSED tunable (--params {key}={_overrides(v)[key]})")
+        flat = flatten(params) if params else {}
+        for key, fixed in sorted(v.checker.get("vdb_closed_fixed", {}).items()):
+            value = flat.get(key)
+            if value is not None and canonical(value) != canonical(fixed):
+                yield finding("5.6.4", INVALID, v.path, f"{key} = {value!r} ({where}) is an OPEN setting; CLOSED runs with {fixed!r}")
+        verdict = dig(v.meta, "verification")
+        if isinstance(verdict, str) and verdict.upper() not in ("CLOSED",):
+            yield finding("5.6.4", INVALID, v.rec.meta_path, f"the tool judged this run {verdict}, not CLOSED")
+
+
+@rule("5.6.5", "vdbOpenSubmissionParameters")
+def open_parameters(pkg: Package) -> Iterable[Finding]:
+    """OPEN leaves record a supported backend and change only CLOSED, OPEN or backend-native index parameters."""
+    allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)
+    milvus_types = tables.workloads()[FAMILY]["index_types"]["open"]
+    for v in _leaves(pkg):
+        if v.division != "open":
+            continue
+        backends = v.checker.get("vdb_open_backends") or sorted(sanctioned(pkg, v.division, v.leaf.org, FAMILY))
+        database, where = v.database()
+        if database is None:
+            yield _cannot("5.6.5", v, "the database backend", v.summary_problem or "summary.json and config.json record no database.database")
+        elif database not in backends:
+            yield finding("5.6.5", INVALID, v.rec.summary_path,
+                f"database {database!r} ({where}) is not a supported backend ({', '.join(backends)})")
+        elif v.engine != database:
+            yield finding("5.6.5", INVALID, v.path, f"the leaf is under vector_database/{v.engine}/ but records database {database!r}")
+        kind, _ = v.index_type()
+        if database == "milvus" and kind is not None and kind not in milvus_types:
+            yield finding("5.6.5", INVALID, v.rec.summary_path, f"index_type {kind!r} is not a Milvus index type ({', '.join(milvus_types)})")
+        for key in sorted(k for k in _overrides(v) if k not in allowed and not k.startswith("index.")):
+            yield finding("5.6.5", INVALID, v.rec.meta_path,
+                f"{key} is neither a CLOSED nor an OPEN tunable (--params {key}={_overrides(v)[key]})")
