@@ -637,6 +637,7 @@ def _capabilities(pkg: Package, division: str, org: str, system: str) -> tuple[d
 @rule("4.7.3", "checkpointRemappingTimeReporting")
 def remapping_time(pkg: Package) -> Iterable[Finding]:
     """remap_time_in_seconds is reported, agrees with the simultaneous flags, and the phases respect it."""
+    by_path: dict[Path, list[LeafRecord]] | None = None  # built once, when a remapping system needs it
     for (division, org, system), wls in sorted(_systems(pkg).items()):
         caps, problem, path = _capabilities(pkg, division, org, system)
         if caps is None:
@@ -655,7 +656,8 @@ def remapping_time(pkg: Package) -> Iterable[Finding]:
                                                   "must report a remap_time_in_seconds greater than 0")
         if not remap > 0:
             continue
-        by_path = {w.path: recs for w, recs in _by_workload(pkg)}
+        if by_path is None:
+            by_path = {w.path: recs for w, recs in _by_workload(pkg)}
         for wl in wls:
             pair = _two_invocations(by_path.get(wl.path, []))
             if pair is None:
@@ -672,6 +674,7 @@ def remapping_time(pkg: Package) -> Iterable[Finding]:
 @rule("4.7.4", "checkpointSimultaneousRwSupport")
 def simultaneous_rw(pkg: Package) -> Iterable[Finding]:
     """The system description declares multi_host, simultaneous_write and simultaneous_read."""
+    by_path = {w.path: recs for w, recs in _by_workload(pkg)}
     for (division, org, system), wls in sorted(_systems(pkg).items()):
         caps, problem, path = _capabilities(pkg, division, org, system)
         if caps is None:
@@ -681,7 +684,6 @@ def simultaneous_rw(pkg: Package) -> Iterable[Finding]:
         if missing:
             yield finding("4.7.4", INVALID, path, f"capabilities lack the boolean field(s) {', '.join(missing)}")
         false = [k for k in ("simultaneous_write", "simultaneous_read") if caps.get(k) is False]
-        by_path = {w.path: recs for w, recs in _by_workload(pkg)}
         completed = any(_metric(rec) for wl in wls for rec in by_path.get(wl.path, []))
         if false and completed:
             yield finding("4.7.4", WARNING, path, f"{' and '.join(false)} false: checkpoints must be remapped between the phases "
