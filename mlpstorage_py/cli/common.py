@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import Any, Callable
 
 from mlpstorage_py.errors import UsageError
 
@@ -25,24 +25,31 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, cast: Callable[[str], Any], noun: str, ok: Callable[[Any], bool], rule: str) -> Any:
+    """Parse a numeric flag value with a one-line argparse error for bad input."""
     try:
-        value = int(text)
+        value = cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{value:g} {rule}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, "an integer", lambda v: v >= 1, "must be at least 1")
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be greater than 0")
-    return value
+    return _number(text, float, "a number", lambda v: v > 0, "must be greater than 0")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(text, int, "an integer", lambda v: v >= 0, "must not be negative")
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, float, "a number", lambda v: v >= 0, "must not be negative")
 
 
 def host_list(text: str) -> list[str]:

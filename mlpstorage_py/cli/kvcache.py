@@ -10,32 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import add_mpi, add_open_only, add_params, add_universal, command_parser, positive_int
+from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_universal, command_parser,
+                                      non_negative_float, non_negative_int, positive_int)
 from mlpstorage_py.rules.tables import workloads
 
-
-def _non_negative_int(text: str) -> int:
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must not be negative")
-    return value
 
 
 def register(benches: Any, mode: str) -> None:
@@ -60,8 +38,8 @@ def register(benches: Any, mode: str) -> None:
                       help="model whose KV cache is simulated (default: each Option's)")
         add_open_only(w, mode, "--num-users", "-nu", type=positive_int, help="simulated users per rank")
         add_open_only(w, mode, "--duration", "-d", type=positive_int, help="seconds per trial")
-        add_open_only(w, mode, "--gpu-mem-gb", type=_non_negative_float, help="GPU tier GiB per rank (0 disables)")
-        add_open_only(w, mode, "--cpu-mem-gb", type=_non_negative_float, help="CPU tier GiB per rank (0 disables)")
+        add_open_only(w, mode, "--gpu-mem-gb", type=non_negative_float, help="GPU tier GiB per rank (0 disables)")
+        add_open_only(w, mode, "--cpu-mem-gb", type=non_negative_float, help="CPU tier GiB per rank (0 disables)")
         add_open_only(w, mode, "--generation-mode", choices=["none", "fast", "realistic"],
                       help="simulated decode time per token")
         add_open_only(w, mode, "--performance-profile", choices=["latency", "throughput"],
@@ -75,7 +53,7 @@ def register(benches: Any, mode: str) -> None:
         add_open_only(w, mode, "--config", dest="kv_config", help="kv-cache.py simulation YAML (validated strictly)")
         add_open_only(w, mode, "--seed", type=int, help="base seed; rank N uses seed + N (default 42)")
         add_open_only(w, mode, "--trials", type=positive_int, help="trials per Option (default 3)")
-        add_open_only(w, mode, "--inter-option-delay", type=_non_negative_int,
+        add_open_only(w, mode, "--inter-option-delay", type=non_negative_int,
                       help="seconds to wait between Options (default 90)")
         add_params(p, mode)
         add_universal(p)
