@@ -16,6 +16,7 @@ from mlpstorage_py.rules.tables import rule_index
 def validate(root: Path, submitters: set[str] | None = None,
              reference: str | None = None) -> tuple[Package, list[Finding]]:
     """Run every registered rule; a rule that crashes is itself a finding, never a silent pass."""
+    rules_structure.entries.cache_clear()  # directory listings are cached within one validation
     pkg = Package.load(root, submitters)
     pkg.reference_digest = reference
     findings: list[Finding] = []

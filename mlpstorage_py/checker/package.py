@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -79,9 +80,23 @@ class Leaf:
         return (self.provenance or {}).get("rules_edition", "unknown")
 
 
-def _links_out(path: Path, root: Path) -> bool:
-    """A leaf reached through a symlink is not part of the package: the walk never leaves it."""
-    return any(p.is_symlink() for p in [path, *path.parents] if root in p.parents)
+def _subdirs(directory: Path) -> list[Path]:
+    """Real subdirectories, sorted; a symlinked directory is never entered (rule 1.1 reports it)."""
+    try:
+        with os.scandir(directory) as scan:
+            return sorted(Path(e.path) for e in scan if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _leaf_dirs(bench_dir: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterator[tuple[Path, tuple[str, ...]]]:
+    """Timestamp directories `depth` levels below a benchmark directory, with the names between."""
+    for sub in _subdirs(bench_dir):
+        if depth == 0:
+            if TIMESTAMP.match(sub.name):
+                yield sub, rel
+        else:
+            yield from _leaf_dirs(sub, depth - 1, rel + (sub.name,))
 
 
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: same data, much faster
@@ -121,17 +136,14 @@ class Package:
     def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
         pkg = cls(root)
         for division in DIVISIONS:
-            for org_dir in sorted(p for p in (root / division).glob("*") if p.is_dir() and not p.is_symlink()):
+            for org_dir in _subdirs(root / division):
                 if submitters and org_dir.name not in submitters:
                     continue
                 pkg.orgs.append((division, org_dir.name, org_dir))
-                for system_dir in sorted(p for p in (org_dir / "results").glob("*") if p.is_dir() and not p.is_symlink()):
+                for system_dir in _subdirs(org_dir / "results"):
                     for bench, depth in LEAF_DEPTH.items():
-                        pattern = "/".join(["*"] * (depth + 1))
-                        for leaf in sorted((system_dir / bench).glob(pattern)):
-                            if leaf.is_dir() and TIMESTAMP.match(leaf.name) and not _links_out(leaf, root):
-                                rel = leaf.relative_to(system_dir / bench).parts[:-1]
-                                pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
+                        for leaf, rel in _leaf_dirs(system_dir / bench, depth):
+                            pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
         return pkg
 
     @functools.cached_property

@@ -50,11 +50,13 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when buil
 
 # --- safe listing and reading ------------------------------------------------------------
 
-def entries(directory: Path) -> list[tuple[str, str, Path]]:
-    """(name, kind, path) of a directory's entries; symbolic links are reported, never followed."""
-    found = []
+@functools.lru_cache(maxsize=None)
+def entries(directory: Path) -> tuple[tuple[str, str, Path], ...]:
+    """(name, kind, path) of a directory's entries; symbolic links are reported, never followed.
+    Listed once per validation (checker.validate clears the cache), since many rules ask."""
+    found: list[tuple[str, str, Path]] = []
     if directory.is_symlink():
-        return found  # a linked directory is reported by 1.1, never listed
+        return ()  # a linked directory is reported by 1.1, never listed
     try:
         with os.scandir(directory) as scan:
             for entry in scan:
@@ -68,8 +70,8 @@ def entries(directory: Path) -> list[tuple[str, str, Path]]:
                     kind = OTHER
                 found.append((entry.name, kind, Path(entry.path)))
     except OSError:
-        return []
-    return sorted(found)
+        return ()
+    return tuple(sorted(found))
 
 
 def visible(directory: Path) -> list[tuple[str, str, Path]]:
@@ -127,6 +129,27 @@ def load_yaml(path: Path) -> tuple[Any, str | None]:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         return None, f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{f' at line {where.line + 1}' if where else ''})"
+
+
+def yaml_node(path: Path) -> tuple[Any, str | None]:
+    """The YAML document's node tree (parsed in C, no Python objects built): enough to judge a
+    file's shape, several times cheaper than load_yaml on large DLIO records."""
+    text, problem = read_text(path)
+    if problem:
+        return None, problem
+    try:
+        return yaml.compose(text, Loader=SAFE_LOADER), None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        return None, f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{f' at line {where.line + 1}' if where else ''})"
+
+
+def _mapping_value(node: Any, key: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == key:
+                return v
+    return None
 
 
 def dig(data: Any, *keys: str) -> Any:
@@ -911,10 +934,11 @@ def _dlio_config(leaf: Path, number: str, expected: list[str]) -> Iterable[Findi
         if kind != FILE:
             yield finding(number, INVALID, path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
             continue
-        data, problem = load_yaml(path)
+        node, problem = yaml_node(path)
         if problem is None:
-            shape_ok = {"config.yaml": isinstance(dig(data, "workload"), dict),
-                        "overrides.yaml": isinstance(data, list) or data is None}.get(name, isinstance(data, dict) and bool(data))
+            shape_ok = {"config.yaml": isinstance(_mapping_value(node, "workload"), yaml.MappingNode),
+                        "overrides.yaml": node is None or isinstance(node, yaml.SequenceNode)}.get(
+                name, isinstance(node, yaml.MappingNode) and bool(node.value))
             if not shape_ok:
                 problem = f"{name} does not hold a DLIO {name[:-5]} record (empty, truncated or of the wrong shape)"
         if problem:
