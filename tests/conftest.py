@@ -137,3 +137,55 @@ def realdata_copy(tmp_path) -> Path:
     for path in root.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return root
+
+
+# A known secret: tests assert it appears in no file a run writes.
+S3_SECRET = "mlpsTestSecret-5b1e0c7d9a"
+
+
+@dataclass
+class S3Endpoint:
+    url: str
+    env: dict[str, str]
+
+    def bucket(self) -> str:
+        """A fresh bucket on this endpoint."""
+        import s3dlio
+
+        name = f"mlps-{uuid.uuid4().hex[:10]}"
+        s3dlio.create_bucket(name)
+        return name
+
+
+@pytest.fixture(scope="session")
+def _moto_server():
+    """A real S3 HTTP endpoint (moto's server) on 127.0.0.1 at a free port, for the session."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_endpoint(_moto_server, monkeypatch) -> S3Endpoint:
+    """The standard AWS variables pointing at the local endpoint, with S3_SECRET as secret key."""
+    env = {"AWS_ENDPOINT_URL": _moto_server, "AWS_ACCESS_KEY_ID": "mlpsTestKeyId", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+           "AWS_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return S3Endpoint(_moto_server, env)
+
+
+def assert_no_secret(root: Path) -> None:
+    """No file below root holds the test secret (or its key id)."""
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            assert S3_SECRET.encode() not in data and b"mlpsTestKeyId" not in data, f"credential written into {path}"

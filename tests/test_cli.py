@@ -240,10 +240,10 @@ def test_validate_missing_package(cli):
     assert len(res.err_lines) == 1
 
 
-def test_object_storage_is_not_available_for_datagen(cli, results):
-    res = cli("closed", "training", "unet3d", "datagen", "-np", "1", "object", "-sn", "sys1", "-rd", results)
+def test_object_storage_is_not_available_for_vectordb(cli, results):
+    res = cli("open", "vectordb", "HNSW", "run", "object", "-sn", "sys1", "-rd", results)
     assert res.rc == 1
-    assert "object" in res.err
+    assert "object storage for vectordb is not part of this build" in res.err
     assert all_leaves(results) == []
 
 

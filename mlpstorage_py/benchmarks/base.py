@@ -45,6 +45,8 @@ class Plan:
     report: list[str] = field(default_factory=list)
     cluster: dict[str, Any] | None = None
     page_cache: dict[str, Any] = field(default_factory=dict)
+    # The client library that does object I/O (provenance.json's storage_library); None for file runs.
+    storage_library: dict[str, str] | None = None
 
 
 class Benchmark(abc.ABC):

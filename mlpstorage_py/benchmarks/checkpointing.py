@@ -1,5 +1,6 @@
 """Checkpointing (llama3 8b/70b/405b/1t): our MPI checkpoint engine writes then reads
-checkpoints shard by shard, because DLIO 2.0.0 has no checkpoint-only workflow."""
+checkpoints shard by shard, because DLIO 2.0.0 has no checkpoint-only workflow. With `object`
+storage the checkpoint folder is an s3:// URI and the engine's I/O goes through s3dlio."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_comman
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
+from mlpstorage_py.storage import s3
 
 ENGINE = ENGINE_NAME
 # Model-shape keys OPEN/whatif may scale down for tests and demos (Rules 4.6.3 forbids them in CLOSED).
@@ -50,7 +52,11 @@ class CheckpointingBenchmark(Benchmark):
         folder = req.arg("checkpoint_folder")
         if req.command == "run" and not folder:
             raise ConfigurationError("--checkpoint-folder (or MLPSTORAGE_CHECKPOINT_FOLDER) is required: where checkpoints go")
-        if folder:
+        if folder and req.storage == "object":
+            ckpt["checkpoint_folder"] = str(s3.parse_uri(folder, "--checkpoint-folder").child(req.model))
+        elif folder:
+            if s3.is_object_uri(folder):
+                raise UsageError("an s3:// --checkpoint-folder needs the `object` storage positional")
             ckpt["checkpoint_folder"] = str(Path(folder).expanduser().resolve() / req.model)
         try:
             layout = build_layout(parameters, processes)
@@ -58,7 +64,8 @@ class CheckpointingBenchmark(Benchmark):
             raise UsageError(f"{req.model} cannot be laid out on {processes} processes: {exc}") from None
         plan = Plan(parameters=parameters, num_processes=processes, accelerator=req.arg("accelerator_type"),
                     override_parameters=overrides, verification=verification,
-                    data_dir=Path(ckpt["checkpoint_folder"]).parent if folder else None)
+                    data_dir=Path(ckpt["checkpoint_folder"]).parent if folder and req.storage == "file" else None,
+                    storage_library=s3.library() if req.storage == "object" else None)
         plan.engine_parameters = {"engine": ENGINE, "checkpoint_bytes": layout.total_bytes,
                                   "checkpoint_size_GB": layout.total_gib,
                                   "bytes_per_rank": [layout.rank_bytes(r) for r in range(processes)]}
@@ -106,7 +113,7 @@ class CheckpointingBenchmark(Benchmark):
                 if closed:
                     raise GateRefused(message)
                 log.warning(message)
-        if req.command == "run" and self.results_dir is not None:
+        if req.command == "run" and self.results_dir is not None and req.storage == "file":
             folder = Path(plan.parameters["checkpoint"]["checkpoint_folder"])
             if not folder.parent.is_dir():
                 raise ConfigurationError(f"checkpoint folder {folder.parent} does not exist")
@@ -121,7 +128,11 @@ class CheckpointingBenchmark(Benchmark):
                                   f"{need / 2**30:,.1f} GiB but {folder.parent} has {free / 2**30:,.1f} GiB free")
 
     def execute(self, plan: Plan, leaf: Path) -> None:
-        Path(plan.parameters["checkpoint"]["checkpoint_folder"]).mkdir(parents=True, exist_ok=True)
+        folder = plan.parameters["checkpoint"]["checkpoint_folder"]
+        if self.request.storage == "object":
+            s3.check_reachable(s3.parse_uri(folder, "--checkpoint-folder"))
+        else:
+            Path(folder).mkdir(parents=True, exist_ok=True)
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]

@@ -63,9 +63,10 @@ def dlio_binary() -> str:
     return found
 
 
-def command(opts: MpiOptions, processes: int, workload_name: str) -> list[str]:
-    """The mpirun + dlio_benchmark argv, with {leaf}/{scratch} placeholders."""
-    program = [dlio_binary(), "--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
+def command(opts: MpiOptions, processes: int, workload_name: str, program: list[str] | None = None) -> list[str]:
+    """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders; `program` replaces the
+    dlio_benchmark entry point (object runs start DLIO through its s3dlio plug-ins)."""
+    program = (program or [dlio_binary()]) + ["--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
                f"++hydra.run.dir={LEAF}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
                f"++workload.output.folder={LEAF}"]
     return mpi_command(opts, processes, program)

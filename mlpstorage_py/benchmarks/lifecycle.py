@@ -21,6 +21,7 @@ from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
 from mlpstorage_py.results.logs import attach_leaf, detach, log
 from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
+from mlpstorage_py.storage.s3 import environment_record
 
 
 def _iso(epoch: float) -> str:
@@ -65,6 +66,7 @@ def run(bench: Benchmark) -> int:
         print_plan(bench, plan)
         return 0
     fs_record = _fs_gate(bench, plan, results_dir)
+    storage_env = _storage_env_gate(bench)
     digest, image, created = code_image.capture(results_dir)
     log.debug(f"code image {image} ({'captured' if created else 'reused'})")
     leaf, stamp = create_leaf(bench.workload_dir, datetime.now())
@@ -76,6 +78,7 @@ def run(bench: Benchmark) -> int:
         handlers = attach_leaf(leaf)
         log.info(f"leaf: {leaf}")
         metadata.update(_metadata(bench, plan, leaf, stamp))
+        metadata.update(storage_env)
         if fs_record is not None:
             write_json(leaf / fs_probe.FILE_NAME, fs_record)
         bench.execute(plan, leaf)
@@ -117,6 +120,20 @@ def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] 
     return record
 
 
+def _storage_env_gate(bench: Benchmark) -> dict[str, Any]:
+    """Rules 1.2: the storage-backend variables set for this run are declared in its metadata;
+    a backend variable the table does not list cannot be declared, so CLOSED refuses it."""
+    record = environment_record(os.environ)
+    unknown = record["undeclared_storage_env"]
+    if unknown:
+        message = (f"storage-backend variable(s) {', '.join(unknown)} are set but not in the Storage-backend table "
+                   "(ManPage.md, ENVIRONMENT), so the run cannot declare them (Rules 1.2)")
+        if bench.request.mode == "closed":
+            raise GateRefused(message + "; unset them, or run in open")
+        log.warning(message + "; the result is valid only as OPEN")
+    return record
+
+
 def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str, Any]:
     req = bench.request
     return {
@@ -143,7 +160,7 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
                 status: int, failure: str | None) -> None:
     """Pointer, provenance and metadata; written last so they describe the outcome."""
     (leaf / code_image.POINTER_FILE).write_text(code_image.pointer_text(digest) + "\n", encoding="utf-8")
-    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine))
+    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library))
     end = time.time()
     metadata.update(
         executed_command="; ".join(shlex.join(argv) for argv in plan.commands),

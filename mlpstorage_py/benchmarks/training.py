@@ -1,10 +1,11 @@
-"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen, run and configview through DLIO."""
+"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen, run and configview through DLIO,
+on a directory (file) or an s3:// prefix (object, DLIO with the s3dlio plug-ins of storage/dlio_s3dlio.py)."""
 
 from __future__ import annotations
 
 import math
 import os
-import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__
-from mlpstorage_py.benchmarks import dlio, workloads
+from mlpstorage_py.benchmarks import datasets, dlio, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError
 from mlpstorage_py.launch import hostinfo
@@ -22,10 +23,9 @@ from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
-from mlpstorage_py.storage import drop_page_cache
+from mlpstorage_py.storage import drop_page_cache, s3
 
 GIB = 1024 ** 3
-MANIFEST = ".mlps-datagen-manifest.json"
 LEAF_MANIFEST = "datagen-manifest.json"
 
 
@@ -98,11 +98,11 @@ class TrainingBenchmark(Benchmark):
         return self._plan_dlio(workloads.training(self.request.model, self.request.arg("accelerator_type")),
                                self.request.arg("num_accelerators"))
 
-    def _data_folder(self) -> Path:
+    def _dataset(self) -> datasets.FileDataset | datasets.ObjectDataset:
         data_dir = self.request.arg("data_dir")
         if not data_dir:
             raise ConfigurationError("--data-dir (or MLPSTORAGE_DATA_DIR) is required: where the dataset lives")
-        return Path(data_dir).expanduser().resolve() / self.request.model
+        return datasets.locate(data_dir, self.request.storage, self.request.model)
 
     def _plan_datasize(self) -> Plan:
         req = self.request
@@ -168,22 +168,29 @@ class TrainingBenchmark(Benchmark):
     def _plan_dlio(self, base: dict[str, Any], processes: int) -> Plan:
         req = self.request
         overrides, verification = self.overrides()
-        folder = self._data_folder()
-        overrides.setdefault("dataset.data_folder", str(folder))
+        self.dataset = data = self._dataset()
+        for section, values in data.engine_location().items():
+            for key, value in values.items():
+                overrides.setdefault(f"{section}.{key}", str(value))
         parameters = workloads.apply_overrides(base, overrides)
         if req.command == "datagen":
             self._size_datagen(parameters, overrides)
         table = dlio.engine_table()
         engine, dropped = dlio.translate(parameters, table)
+        if data.storage == "object" and req.command == "run":
+            engine.setdefault("reader", {}).update(datasets.OBJECT_READER)
         for key in dropped:
             log.warning(f"DLIO {table['version']} does not read {key}; it is recorded but not passed to DLIO")
         name = f"{req.model}_{'datagen' if req.command == 'datagen' else 'run'}"
         plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.arg("accelerator_type"),
-                    override_parameters=overrides, verification=verification, data_dir=folder.parent,
+                    override_parameters=overrides, verification=verification,
+                    data_dir=data.folder.parent if isinstance(data, datasets.FileDataset) else None,
                     engine_parameters={"engine": f"dlio_benchmark {table['version']}", "workload": engine,
-                                       "not_passed": dropped})
-        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name)]
-        plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {folder}",
+                                       "not_passed": dropped},
+                    storage_library=s3.library() if data.storage == "object" else None)
+        program = [sys.executable, "-m", datasets.OBJECT_ENTRY] if data.storage == "object" else None
+        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name, program)]
+        plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {data}",
                        "resolved DLIO workload:", *("  " + line for line in yaml.safe_dump(engine, sort_keys=False).splitlines())]
         return plan
 
@@ -206,35 +213,39 @@ class TrainingBenchmark(Benchmark):
     # -- gates --------------------------------------------------------------------------
     def preflight(self, plan: Plan) -> None:
         req = self.request
-        if req.command == "datasize" or self.results_dir is None:
-            return
-        folder = Path(plan.parameters["dataset"]["data_folder"])
+        if req.command == "datasize" or self.results_dir is None or self.dataset.storage == "object":
+            return  # an object dataset is gated once the leaf exists, after the endpoint answered
+        folder = self.dataset.folder
         if not folder.parent.is_dir():
             raise ConfigurationError(f"data directory {folder.parent} does not exist")
         if folder.resolve() == self.results_dir.resolve() or self.results_dir.resolve() in folder.resolve().parents:
             raise GateRefused(f"the dataset ({folder}) must not be inside the results directory (Rules 3.4.1)")
-        if req.command == "datagen":
-            self._gate_datagen(plan, folder)
-        elif req.command == "run":
-            self._gate_run(plan, folder)
+        self._gate_dataset(plan)
 
-    def _gate_datagen(self, plan: Plan, folder: Path) -> None:
-        if folder.exists() and any(folder.iterdir()):
-            if not self.request.arg("overwrite"):
-                raise GateRefused(f"{folder} is not empty; datagen never overwrites a dataset (use --overwrite to replace it)")
-        ds = plan.parameters["dataset"]
-        need = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
-        probe = folder if folder.exists() else folder.parent
-        free = os.statvfs(probe).f_bavail * os.statvfs(probe).f_frsize
-        if need > free:
-            raise GateRefused(f"datagen needs {need / GIB:,.2f} GiB but {probe} has {free / GIB:,.2f} GiB free")
+    def _gate_dataset(self, plan: Plan) -> None:
+        if self.request.command == "datagen":
+            self._gate_datagen(plan)
+        elif self.request.command == "run":
+            self._gate_run(plan)
 
-    def _gate_run(self, plan: Plan, folder: Path) -> None:
+    def _gate_datagen(self, plan: Plan) -> None:
+        data = self.dataset
+        if not data.is_empty() and not self.request.arg("overwrite"):
+            raise GateRefused(f"{data} is not empty; datagen never overwrites a dataset (use --overwrite to replace it)")
+        if isinstance(data, datasets.FileDataset):
+            ds = plan.parameters["dataset"]
+            need = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
+            probe = data.folder if data.folder.exists() else data.folder.parent
+            free = os.statvfs(probe).f_bavail * os.statvfs(probe).f_frsize
+            if need > free:
+                raise GateRefused(f"datagen needs {need / GIB:,.2f} GiB but {probe} has {free / GIB:,.2f} GiB free")
+
+    def _gate_run(self, plan: Plan) -> None:
         """Rules 3.3.1 and 3.1.2 against the generated dataset and the measured clients."""
-        manifest_path = folder / MANIFEST
-        if not manifest_path.is_file():
-            raise ConfigurationError(f"no generated dataset at {folder} (no {MANIFEST}); run datagen first")
-        manifest = read_json(manifest_path)
+        manifest = self.dataset.read_manifest()
+        if manifest is None:
+            raise ConfigurationError(f"no generated dataset at {self.dataset} (no {datasets.MANIFEST}); run datagen first")
+        self.manifest = manifest
         ds = plan.parameters["dataset"]
         if "dataset.num_files_train" not in plan.override_parameters:
             ds["num_files_train"] = manifest["num_files_train"]
@@ -268,15 +279,21 @@ class TrainingBenchmark(Benchmark):
                 print(line)
                 log.debug(line)
             return
-        folder = Path(plan.parameters["dataset"]["data_folder"])
+        data = self.dataset
+        if data.storage == "object":
+            data.check()
+            self._gate_dataset(plan)
         if self.request.command == "datagen":
-            if folder.exists() and self.request.arg("overwrite"):
-                log.warning(f"--overwrite: removing the existing dataset at {folder}")
-                shutil.rmtree(folder)
-            folder.mkdir(parents=True, exist_ok=True)
+            if not data.is_empty() and self.request.arg("overwrite"):
+                log.warning(f"--overwrite: removing the existing dataset at {data}")
+                data.clear()
+            data.prepare()
         else:
-            plan.page_cache["before_run"] = "dropped" if drop_page_cache() else "not permitted (not root)"
-            shutil.copyfile(folder / MANIFEST, leaf / LEAF_MANIFEST)
+            if data.storage == "object":
+                plan.page_cache["before_run"] = "not applicable (object storage: reads do not pass through the page cache)"
+            else:
+                plan.page_cache["before_run"] = "dropped" if drop_page_cache() else "not permitted (not root)"
+            write_json(leaf / LEAF_MANIFEST, self.manifest)
         with self.scratch() as scratch:
             name = f"{self.request.model}_{'datagen' if self.request.command == 'datagen' else 'run'}"
             dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
@@ -292,10 +309,9 @@ class TrainingBenchmark(Benchmark):
         if command == "datasize":
             return {"cluster_information": plan.cluster}
         summary = dlio.read_outputs(leaf, expect_training=command == "run")
-        folder = Path(plan.parameters["dataset"]["data_folder"])
         extra: dict[str, Any] = {"engine": plan.engine_parameters["engine"]}
         if command == "datagen":
-            extra["datagen_manifest"] = self._write_manifest(plan, leaf, folder)
+            extra["datagen_manifest"] = self._write_manifest(plan, leaf)
             return extra
         metric = summary["metric"]
         record = int(plan.parameters["dataset"]["record_length_bytes"])
@@ -319,12 +335,12 @@ class TrainingBenchmark(Benchmark):
                        if meta.parent != leaf and read_json(meta).get("exit_status") == 0)
         print(f"CLOSED result: {done} of {needed} successful runs in {leaf.parent} (the earliest is the warm-up)")
 
-    def _write_manifest(self, plan: Plan, leaf: Path, folder: Path) -> dict[str, Any]:
+    def _write_manifest(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         """Count what DLIO generated and record it next to the data (Rules 3.2.1, 3.3.1)."""
         ds = plan.parameters["dataset"]
-        generated = sum(1 for p in (folder / "train").rglob("*") if p.is_file())
+        generated = self.dataset.count_train()
         if generated < int(ds["num_files_train"]):
-            raise BenchmarkFailed(f"DLIO generated {generated} training files in {folder / 'train'}, "
+            raise BenchmarkFailed(f"DLIO generated {generated} training files in {self.dataset}/train, "
                                   f"{ds['num_files_train']} were asked for")
         manifest = {
             "schema_version": 1,
@@ -337,5 +353,5 @@ class TrainingBenchmark(Benchmark):
             "mlpstorage_version": __version__,
             "source_datagen_result_dir": str(leaf.relative_to(self.results_dir)) if self.results_dir else str(leaf),
         }
-        write_json(folder / MANIFEST, manifest)
+        self.dataset.write_manifest(manifest)
         return manifest

@@ -13,6 +13,8 @@ Every rank writes its layout files (see shards.py) of checkpoint k into DIR/ckpt
 start each checkpoint together and each reports the whole checkpoint's GiB over its own
 duration, as the reference does. Reads take the most recent checkpoints in DIR, after the page
 cache was dropped (or the files evicted), so they measure storage rather than memory.
+DIR may be an s3://bucket/prefix URI: the same files are then objects written and read through
+s3dlio (storage/s3.py), with the same metrics.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
 from mlpstorage_py.storage.posix import PosixStore
+from mlpstorage_py.storage.s3 import S3Store, is_object_uri, library
 
 ENGINE_NAME = "mlpstorage-checkpoint-engine"
 DEFAULT_BLOCK_SIZE = 16 << 20
@@ -69,7 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      description="Write and read LLM checkpoints under MPI (one rank per accelerator).")
     parser.add_argument("--workload", required=True, type=Path,
                         help="JSON of the resolved workload dict: model{...} and checkpoint{time_between_checkpoints, fsync}")
-    parser.add_argument("--checkpoint-folder", required=True, type=Path, help="checkpoints go to DIR/ckpt_<k>/")
+    parser.add_argument("--checkpoint-folder", required=True, help="checkpoints go to DIR/ckpt_<k>/ (a path or s3://bucket/prefix)")
     parser.add_argument("--output-dir", required=True, type=Path, help="results leaf for the per-rank and summary files")
     parser.add_argument("--num-write", required=True, type=int, help="checkpoints to write (0: read-only run)")
     parser.add_argument("--num-read", required=True, type=int, help="checkpoints to read (0: write-only run)")
@@ -85,7 +88,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      "in a separate read-only invocation (--num-write 0)")
     if opts.block_size < 4096 or opts.block_size % 4096:
         parser.error("--block-size must be a positive multiple of 4096")
-    opts.checkpoint_folder = opts.checkpoint_folder.resolve()
+    if not is_object_uri(opts.checkpoint_folder):
+        opts.checkpoint_folder = str(Path(opts.checkpoint_folder).resolve())
     opts.output_dir = opts.output_dir.resolve()
     return opts
 
@@ -167,7 +171,7 @@ class Engine:
         if isinstance(pause, bool) or not isinstance(pause, (int, float)) or pause < 0:
             raise EngineError(f"checkpoint.time_between_checkpoints must be a number >= 0, got {pause!r}")
         self.pause = float(pause)
-        if self.opts.cache_policy == "drop" and self.opts.num_read and not all(self.comm.allgather(os.geteuid() == 0)):
+        if self.store.cached_locally and self.opts.cache_policy == "drop" and self.opts.num_read and not all(self.comm.allgather(os.geteuid() == 0)):
             raise EngineError("--cache-policy drop needs root on every host to drop the page cache; "
                               "use --cache-policy fadvise or auto")
         try:
@@ -179,7 +183,7 @@ class Engine:
 
         def open_outputs() -> None:
             os.makedirs(self.opts.output_dir, exist_ok=True)
-            os.makedirs(self.opts.checkpoint_folder, exist_ok=True)
+            self.store.make_dirs(self.opts.checkpoint_folder)
             if self.rank == 0:
                 self.log_fh = open(self.opts.output_dir / "dlio.log", "w", encoding="utf-8")
                 self.log_fh.write(LOG_HEADER + "\n")
@@ -199,7 +203,7 @@ class Engine:
         return list(seen.values())
 
     def ckpt_path(self, number: int, name: str = "") -> str:
-        return os.path.join(self.opts.checkpoint_folder, f"ckpt_{number}", name)
+        return self.store.join(self.opts.checkpoint_folder, f"ckpt_{number}", name)
 
     # -- phases -------------------------------------------------------------------------------
 
@@ -222,7 +226,7 @@ class Engine:
         for number in range(1, self.opts.num_write + 1):
             if number > 1:
                 time.sleep(self.pause)
-            self.agree(lambda: os.makedirs(self.ckpt_path(number), exist_ok=True))
+            self.agree(lambda: self.store.make_dirs(self.ckpt_path(number)))
 
             def write_mine() -> None:
                 for f in self.my_files:
@@ -249,8 +253,8 @@ class Engine:
         def present() -> list[int]:
             if self.rank != 0:
                 return []
-            found = sorted(int(m.group(1)) for entry in os.scandir(self.opts.checkpoint_folder)
-                           if entry.is_dir() and (m := CKPT_DIR.match(entry.name)))
+            found = sorted(int(m.group(1)) for name in self.store.subfolders(self.opts.checkpoint_folder)
+                           if (m := CKPT_DIR.match(name)))
             if len(found) < wanted:
                 raise EngineError(f"{self.opts.checkpoint_folder} holds {len(found)} checkpoint(s) (ckpt_<k>/), "
                                   f"--num-read asks for {wanted}")
@@ -275,6 +279,10 @@ class Engine:
         host) or, where that is not permitted, evict every file to be read."""
         policy = self.opts.cache_policy
         self.comm.Barrier()
+        if not self.store.cached_locally:
+            self.cache_applied = "not applicable (object storage)"
+            self.say("object storage: reads go over the network, no host page cache to drop")
+            return
         if policy in ("auto", "drop"):
             from mpi4py import MPI
 
@@ -323,7 +331,10 @@ class Engine:
 
     def engine_info(self) -> dict[str, Any]:
         return {"name": ENGINE_NAME, "version": __version__, "cache_policy_requested": self.opts.cache_policy,
-                "cache_policy_applied": self.cache_applied, "block_size": self.opts.block_size}
+                "cache_policy_applied": self.cache_applied, "block_size": self.opts.block_size,
+                "storage": "file" if self.store.cached_locally else "object",
+                "storage_library": {"name": "none"} if self.store.cached_locally else library(),
+                "durability": "fsync per file" if self.store.cached_locally else "each object's PUT completed"}
 
     def metric(self) -> dict[str, float]:
         """Means and population stdevs over rank 0's per-checkpoint values, as the reference reports."""
@@ -406,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"checkpoint engine: error: mpi4py is not available ({exc})", file=sys.stderr)
         return 1
-    engine = Engine(MPI.COMM_WORLD, opts, PosixStore())
+    engine = Engine(MPI.COMM_WORLD, opts, S3Store() if is_object_uri(opts.checkpoint_folder) else PosixStore())
     try:
         engine.run()
     except EngineError as exc:

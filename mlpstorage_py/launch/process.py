@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import IO
 
 from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
 PROGRESS_EVERY_S = 15.0
 GRACE_S = 10.0
 
 
-def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str]) -> None:
+def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str], secrets: list[bytes]) -> None:
+    """Copy a child's output line by line, masking secret values before anything is written."""
     for raw in iter(stream.readline, b""):
+        raw = redact_bytes(raw, secrets)
         sink.write(raw)
         sink.flush()
         line = raw.decode("utf-8", "replace").rstrip()
@@ -41,8 +44,9 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
         child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
         last = [""]
-        pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last), daemon=True),
-                 threading.Thread(target=_pump, args=(child.stderr, err, sys.stderr if echo else None, last), daemon=True)]
+        secrets = [s.encode() for s in secret_values(env)]
+        pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last, secrets), daemon=True),
+                 threading.Thread(target=_pump, args=(child.stderr, err, sys.stderr if echo else None, last, secrets), daemon=True)]
         for pump in pumps:
             pump.start()
         started = time.monotonic()

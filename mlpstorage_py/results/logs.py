@@ -10,6 +10,8 @@ import logging
 from logging.handlers import BufferingHandler
 from pathlib import Path
 
+from mlpstorage_py.results.redact import RedactingFormatter
+
 LOGGER_NAME = "mlpstorage"
 LOG_FILE = "mlpstorage.log"
 ERRORS_FILE = "mlpstorage.errors.log"
@@ -33,7 +35,7 @@ def setup_console(debug: bool = False, verbose: bool = False) -> None:
     log.propagate = False
     console = logging.StreamHandler()
     console.setLevel(logging.DEBUG if debug or verbose else logging.INFO)
-    console.setFormatter(logging.Formatter("%(message)s" if not debug else "%(levelname)s %(module)s:%(lineno)d %(message)s"))
+    console.setFormatter(RedactingFormatter("%(message)s" if not debug else "%(levelname)s %(module)s:%(lineno)d %(message)s"))
     log.addHandler(console)
     _buffer.buffer.clear()
     log.addHandler(_buffer)
@@ -45,7 +47,7 @@ def attach_leaf(leaf: Path) -> list[logging.Handler]:
     for name, level in ((LOG_FILE, logging.DEBUG), (ERRORS_FILE, logging.WARNING)):
         handler = logging.FileHandler(leaf / name, encoding="utf-8")
         handler.setLevel(level)
-        handler.setFormatter(logging.Formatter(FILE_FORMAT))
+        handler.setFormatter(RedactingFormatter(FILE_FORMAT))
         for record in _buffer.buffer:
             if record.levelno >= level:
                 handler.handle(record)

@@ -68,3 +68,8 @@ def workloads() -> dict[str, Any]:
 def rule_index() -> list[dict[str, str]]:
     """Every numbered rule of the edition, in the rules' order (rule_index.yaml)."""
     return _load("rule_index.yaml")["rules"]
+
+
+def storage_env() -> dict[str, Any]:
+    """The object-storage environment table (connection variables and Rules 1.2's backend table)."""
+    return _load("storage_env.yaml")

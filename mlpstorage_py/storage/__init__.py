@@ -1,5 +1,6 @@
-"""Where benchmark bytes go: one small interface so a POSIX file system and (later) an object
-store are driven by the same engines, plus the page-cache control every storage read needs.
+"""Where benchmark bytes go: one small interface so a POSIX file system (posix.py) and an S3
+object store through s3dlio (s3.py) are driven by the same engines, plus the page-cache control
+every file read needs.
 """
 
 from __future__ import annotations
@@ -8,6 +9,13 @@ import os
 from typing import NamedTuple, Protocol, runtime_checkable
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"
+PAGE = 4096
+
+
+def check_block(block_size: int) -> None:
+    """Stores move data in whole pages (aligned buffers, O_DIRECT-compatible sizes)."""
+    if block_size < PAGE or block_size % PAGE:
+        raise ValueError(f"block size {block_size} must be a positive multiple of {PAGE} bytes")
 
 
 class WriteResult(NamedTuple):
@@ -19,7 +27,10 @@ class WriteResult(NamedTuple):
 
 @runtime_checkable
 class Store(Protocol):
-    """Whole-object write and read of benchmark data; payload bytes are never kept."""
+    """Whole-object write and read of benchmark data; payload bytes are never kept.
+    Paths are the store's own spelling: file paths, or s3:// URIs."""
+
+    cached_locally: bool  # whether this host's page cache can serve a read (evict matters)
 
     def write(self, path: str, nbytes: int, *, block_size: int, fsync: bool) -> WriteResult:
         """Create or replace ``path`` with ``nbytes`` of incompressible data."""
@@ -35,6 +46,15 @@ class Store(Protocol):
 
     def remove(self, path: str) -> None:
         """Delete ``path``; absent is not an error."""
+
+    def join(self, folder: str, *names: str) -> str:
+        """``folder``/name/... in the store's spelling."""
+
+    def make_dirs(self, path: str) -> None:
+        """Make ``path`` a place objects can be written below (a no-op where prefixes are implicit)."""
+
+    def subfolders(self, folder: str) -> list[str]:
+        """Names of the folders (directories or common prefixes) directly below ``folder``."""
 
     def evict(self, path: str) -> None:
         """Make the next read of ``path`` come from storage, not from this host's cache."""
@@ -54,4 +74,4 @@ def drop_page_cache() -> bool:
     return True
 
 
-__all__ = ["Store", "WriteResult", "drop_page_cache"]
+__all__ = ["PAGE", "Store", "WriteResult", "check_block", "drop_page_cache"]

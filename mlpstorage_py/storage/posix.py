@@ -1,57 +1,27 @@
 """POSIX file-system store: buffered sequential I/O in large blocks, as a framework's save/load does.
-
-Writes come from one reusable page-aligned buffer of random bytes, so no payload is generated per
-call and no file content is kept in memory. Every 4 KiB page of each block gets a fresh 8-byte
-stamp before it is written: a deduplicating or compressing store cannot shrink the data, and the
-cost is one store per page. Reads go into a reusable buffer with readinto and are discarded.
-"""
+Reads go into a reusable buffer with readinto and are discarded."""
 
 from __future__ import annotations
 
-import mmap
 import os
 
-import numpy as np
-
-from mlpstorage_py.storage import WriteResult
-
-PAGE = 4096
-_WORDS_PER_PAGE = PAGE // 8
+from mlpstorage_py.storage import WriteResult, check_block
+from mlpstorage_py.storage.buffers import BlockBuffers
 
 
 class PosixStore:
     """Store implementation over local or network-mounted POSIX paths."""
 
+    cached_locally = True  # reads can be served by this host's page cache
+
     def __init__(self) -> None:
-        self._write_buffers: dict[int, tuple[mmap.mmap, np.ndarray]] = {}
-        self._read_buffers: dict[int, mmap.mmap] = {}
-        self._stamp = int.from_bytes(os.urandom(7), "little")  # 2**56 pages of headroom before 2**64
-
-    @staticmethod
-    def _check_block(block_size: int) -> None:
-        if block_size < PAGE or block_size % PAGE:
-            raise ValueError(f"block size {block_size} must be a positive multiple of {PAGE} bytes")
-
-    def _write_buffer(self, block_size: int) -> tuple[mmap.mmap, np.ndarray]:
-        if block_size not in self._write_buffers:
-            buf = mmap.mmap(-1, block_size)  # anonymous mappings are page-aligned
-            buf[:] = os.urandom(block_size)
-            words = np.frombuffer(buf, dtype=np.uint64)[::_WORDS_PER_PAGE]
-            self._write_buffers[block_size] = (buf, words)
-        return self._write_buffers[block_size]
-
-    def _next_stamps(self, words: np.ndarray) -> None:
-        """Give every page of the write buffer a value no earlier page of this process had."""
-        words[:] = np.arange(self._stamp, self._stamp + len(words), dtype=np.uint64)
-        self._stamp += len(words)
+        self._buffers = BlockBuffers()
 
     def write(self, path: str, nbytes: int, *, block_size: int, fsync: bool) -> WriteResult:
         """Create or truncate ``path`` and write ``nbytes`` sequentially; fsync once at the end."""
-        self._check_block(block_size)
+        check_block(block_size)
         if nbytes < 0:
             raise ValueError(f"cannot write a negative size ({nbytes}) to {path}")
-        buf, words = self._write_buffer(block_size)
-        view = memoryview(buf)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         try:
             fd = os.open(path, flags, 0o644)
@@ -62,7 +32,7 @@ class PosixStore:
         try:
             while done < nbytes:
                 chunk = min(block_size, nbytes - done)
-                self._next_stamps(words)
+                view = self._buffers.next_block(block_size)
                 sent = 0
                 while sent < chunk:
                     sent += os.write(fd, view[sent:chunk])
@@ -75,10 +45,7 @@ class PosixStore:
 
     def read(self, path: str, *, block_size: int) -> int:
         """Read ``path`` to its end; returns the byte count, keeps nothing."""
-        self._check_block(block_size)
-        if block_size not in self._read_buffers:
-            self._read_buffers[block_size] = mmap.mmap(-1, block_size)
-        view = memoryview(self._read_buffers[block_size])
+        view = self._buffers.read_buffer(block_size)
         total = 0
         with open(path, "rb", buffering=0) as fh:
             while count := fh.readinto(view):
@@ -96,6 +63,16 @@ class PosixStore:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+    def join(self, folder: str, *names: str) -> str:
+        return os.path.join(folder, *names)
+
+    def make_dirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def subfolders(self, folder: str) -> list[str]:
+        with os.scandir(folder) as scan:
+            return [entry.name for entry in scan if entry.is_dir()]
 
     def evict(self, path: str) -> None:
         """fsync (DONTNEED skips dirty pages), then drop the file's pages from the page cache."""
