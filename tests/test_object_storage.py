@@ -231,3 +231,15 @@ def test_training_datagen_and_run_through_dlio_with_s3dlio(cli, results, s3_endp
     assert json.loads((run_leaf / "provenance.json").read_text())["storage_library"]["name"] == "s3dlio"
     assert "Discovered custom data reader S3dlioReader" in (run_leaf / "dlio.log").read_text()
     assert_no_secret(results)
+
+
+def test_manpage_environment_lists_every_variable_of_the_table():
+    from pathlib import Path
+
+    from mlpstorage_py.rules.tables import storage_env
+
+    text = (Path(__file__).resolve().parents[1] / "ManPage.md").read_text(encoding="utf-8")
+    environment = text[text.index("## ENVIRONMENT"):text.index("## EXIT STATUS")]
+    table = storage_env()
+    for name in [*table["connection"], *table["storage_backend"]]:
+        assert f"| `{name}` |" in environment, name
