@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import functools
-import json
-import os
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-
+from mlpstorage_py.checker import files
 from mlpstorage_py.results import code_image
 
 TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
@@ -42,38 +40,38 @@ class Leaf:
     def workload_dir(self) -> Path:
         return self.path.parent if self.benchmark == "checkpointing" else self.path.parent.parent
 
-    def files(self, pattern: str) -> list[Path]:
-        return sorted(self.path.glob(pattern))
+    def glob(self, pattern: str) -> list[Path]:
+        """Entries of the leaf whose names match a glob pattern, in name order."""
+        return [path for name, _, path in files.entries(self.path) if fnmatchcase(name, pattern)]
 
     @functools.cached_property
     def metadata_files(self) -> list[Path]:
-        return self.files("*_metadata.json")
+        return self.glob("*_metadata.json")
 
     @functools.cached_property
     def metadata(self) -> dict[str, Any] | None:
         """The *_metadata.json object; None when absent, {"__unreadable__": why} when broken."""
-        files = self.metadata_files
-        return read_object(files[0]) if files else None
+        found = self.metadata_files
+        return read_object(found[0]) if found else None
 
     @functools.cached_property
     def summary(self) -> dict[str, Any] | None:
-        files = self.files("*summary.json")
-        return read_object(files[0]) if files else None
+        found = self.glob("*summary.json")
+        return read_object(found[0]) if found else None
 
     @functools.cached_property
     def provenance(self) -> dict[str, Any] | None:
         path = self.path / "provenance.json"
-        return read_object(path) if path.is_file() else None
+        return read_object(path) if files.kind_of(path) in (files.FILE, files.LINK) else None
 
     def broken(self, what: str) -> str | None:
         """Why the leaf's metadata/summary/provenance cannot be read, or None."""
         data = getattr(self, what)
-        return data.get("__unreadable__") if isinstance(data, dict) else None
+        return data.get(files.UNREADABLE) if isinstance(data, dict) else None
 
     @functools.cached_property
     def pointer(self) -> str | None:
-        path = self.path / code_image.POINTER_FILE
-        return path.read_text(encoding="utf-8") if path.is_file() else None
+        return files.strict_text(self.path / code_image.POINTER_FILE)
 
     @property
     def stamped_edition(self) -> str:
@@ -82,11 +80,7 @@ class Leaf:
 
 def _subdirs(directory: Path) -> list[Path]:
     """Real subdirectories, sorted; a symlinked directory is never entered (rule 1.1 reports it)."""
-    try:
-        with os.scandir(directory) as scan:
-            return sorted(Path(e.path) for e in scan if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
+    return [path for _, kind, path in files.entries(directory) if kind == files.DIR]
 
 
 def _leaf_dirs(bench_dir: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterator[tuple[Path, tuple[str, ...]]]:
@@ -99,30 +93,10 @@ def _leaf_dirs(bench_dir: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterat
             yield from _leaf_dirs(sub, depth - 1, rel + (sub.name,))
 
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: same data, much faster
-
-
-def load_yaml(path: Path) -> Any:
-    """Parsed YAML, or {"__unreadable__": reason} so a broken file is a finding, not a crash."""
-    try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return {"__unreadable__": f"{path.name}: {exc}"}
-
-
 def read_object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object; any other shape is reported like a parse error."""
-    data = read_json(path)
-    return data if isinstance(data, dict) else {"__unreadable__": f"{path.name}: not a JSON object"}
-
-
-def read_json(path: Path) -> Any:
-    """Parsed JSON, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        return {"__unreadable__": f"{path.name}: {exc}"}
+    data = files.json_or_unreadable(path)
+    return data if isinstance(data, dict) else {files.UNREADABLE: f"{path.name}: not a JSON object"}
 
 
 @dataclass
@@ -134,6 +108,8 @@ class Package:
 
     @classmethod
     def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
+        """The package's leaves and organizations; a new Package is a new reading of the files."""
+        files.start(root)
         pkg = cls(root)
         for division in DIVISIONS:
             for org_dir in _subdirs(root / division):
@@ -181,5 +157,6 @@ class Package:
         cache = vars(self).setdefault("_manifests", {})
         if (division, org) not in cache:
             path = self.root / division / org / "submission.yaml"
-            cache[(division, org)] = (path, load_yaml(path)) if path.is_file() else None
+            present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed
+            cache[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
         return cache[(division, org)]

@@ -18,11 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.files import load_json, read_text
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.rules_structure import (
-    LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, load_json, parse_time,
-    read_text, record, sanctioned, system_description)
+    LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, parse_time, record, sanctioned,
+    system_description)
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 

@@ -6,9 +6,8 @@ import functools
 from pathlib import Path
 from typing import Iterable
 
-import yaml
-
-from mlpstorage_py.checker.package import Package, load_yaml, read_json
+from mlpstorage_py.checker import files
+from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
@@ -47,7 +46,7 @@ def code_images(pkg: Package) -> Iterable[Finding]:
         if not stamp_path.is_file():
             yield finding("2.1.6", INVALID, image, f"no {code_image.HASH_FILE}")
             continue
-        stamp = read_json(stamp_path)
+        stamp = files.json_or_unreadable(stamp_path)
         recorded = stamp.get("hash") if isinstance(stamp, dict) else None
         if not isinstance(recorded, str):
             yield finding("2.1.6", INVALID, stamp_path, "unreadable .code-hash.json or no \"hash\" in it")
@@ -68,7 +67,7 @@ def reference_digests(edition: str) -> list[str]:
     path = code_image.source_root() / "code-images" / "reference-digests.yaml"
     if not path.is_file():
         return []
-    table = load_yaml(path) or {}
+    table = files.yaml_or_unreadable(path) or {}
     return list((table.get("editions") or {}).get(edition) or [])
 
 
@@ -219,9 +218,21 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
 
 
 def _ids(path: Path) -> set[str]:
-    data = read_json(path) if path.is_file() else {}
+    data = files.json_or_unreadable(path)
     rows = data.get("rows") if isinstance(data, dict) else None
     return {r["Public ID"] for r in rows or [] if isinstance(r, dict) and r.get("Public ID")}
+
+
+def _workload_tables(results: Path) -> Iterable[Path]:
+    """Every results.json in a real directory below results/ (the rollup's own excluded)."""
+    stack = [path for _, kind, path in files.entries(results) if kind == files.DIR]
+    while stack:
+        directory = stack.pop()
+        for name, kind, path in files.entries(directory):
+            if kind == files.DIR:
+                stack.append(path)
+            elif name == "results.json" and kind == files.FILE:
+                yield path
 
 
 @rule("RPT-01", "rollupTableAgreement")
@@ -229,10 +240,10 @@ def rollup_agreement(pkg: Package) -> Iterable[Finding]:
     """Public IDs in an organization's rollup and in its workload-level results.json agree."""
     for division, org, org_dir in pkg.orgs:
         rollup = org_dir / "results" / "results.json"
-        if not rollup.is_file():
+        if not files.real_file(rollup):
             continue
         workload = set()
-        for path in (org_dir / "results").glob("*/**/results.json"):
+        for path in _workload_tables(org_dir / "results"):
             workload |= _ids(path)
         top = _ids(rollup)
         for missing in sorted(top - workload):

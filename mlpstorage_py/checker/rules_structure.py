@@ -1,11 +1,12 @@
 """Sections 1 and 2: what a package holds and where (Rules 1.1, 1.2, 2.1.1-2.1.27, 2.29).
 
-2.1.2 (top level) and 2.1.6 (code images) live in rules_common. Every directory listing here
-is made with lstat: a symbolic link is reported (1.1) and never followed, so the walk cannot
+2.1.2 (top level) and 2.1.6 (code images) live in rules_common. Every directory listing is
+made with lstat: a symbolic link is reported (1.1) and never followed, so the walk cannot
 leave the package. A missing or malformed file is a finding about that file, never a crash.
 
-The helpers at the top (safe listing and reading, leaf records, timestamps, the edition a
-submission is judged under) are shared with rules_checkpointing.
+Listing and reading are files.py's, made once per validation. The helpers at the top (leaf
+records, timestamps, the edition a submission is judged under) are shared with the section 4-6
+rules.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import Any, Iterable, Iterator
 
 import yaml
 
+from mlpstorage_py.checker.files import (
+    DIR, FILE, LINK, OTHER, entries, kind_of, load_json, load_yaml, read_text, real_dir, real_file, visible, yaml_node)
 from mlpstorage_py.checker.package import DIVISIONS, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, NAME_PATTERN
 from mlpstorage_py.rules import tables
 
-DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
 TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
 PHASES = ("datasize", "datagen", "run")
 DIVISION_FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")
@@ -45,47 +47,9 @@ STORAGE_BACKEND_PREFIXES = ("S3DLIO_",)
 FORWARDED = re.compile(r"(?:^|\s)-x\s+([A-Za-z_][A-Za-z0-9_]*)")
 # 2.1.9: the same client host measured in two runs may differ by rounding, not by a part.
 MEMORY_TOLERANCE = 0.01
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: same result, faster
 
 
-# --- safe listing and reading ------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def entries(directory: Path) -> tuple[tuple[str, str, Path], ...]:
-    """(name, kind, path) of a directory's entries; symbolic links are reported, never followed.
-    Listed once per validation (checker.validate clears the cache), since many rules ask."""
-    found: list[tuple[str, str, Path]] = []
-    if directory.is_symlink():
-        return ()  # a linked directory is reported by 1.1, never listed
-    try:
-        with os.scandir(directory) as scan:
-            for entry in scan:
-                if entry.is_symlink():
-                    kind = LINK
-                elif entry.is_dir(follow_symlinks=False):
-                    kind = DIR
-                elif entry.is_file(follow_symlinks=False):
-                    kind = FILE
-                else:
-                    kind = OTHER
-                found.append((entry.name, kind, Path(entry.path)))
-    except OSError:
-        return ()
-    return tuple(sorted(found))
-
-
-def visible(directory: Path) -> list[tuple[str, str, Path]]:
-    """Entries that are not dot-prefixed (dot entries are version-control or OS clutter)."""
-    return [e for e in entries(directory) if not e[0].startswith(".")]
-
-
-def real_dir(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink()
-
-
-def real_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
-
+# --- names and values --------------------------------------------------------------------
 
 def leaf_time(name: str) -> datetime | None:
     """The local date-time a timestamp directory's name states, or None when it is not one."""
@@ -95,53 +59,6 @@ def leaf_time(name: str) -> datetime | None:
         return datetime.strptime(name, DATETIME_FORMAT)
     except ValueError:
         return None
-
-
-def read_text(path: Path, limit: int | None = None) -> tuple[str | None, str | None]:
-    """(text, None) or (None, why); symbolic links are refused."""
-    if path.is_symlink():
-        return None, f"{path.name} is a symbolic link (not followed)"
-    if not path.is_file():
-        return None, f"{path.name} is missing"
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read() if limit is None else fh.read(limit), None
-    except OSError as exc:
-        return None, f"{path.name} cannot be read: {exc.strerror or exc}"
-
-
-def load_json(path: Path) -> tuple[Any, str | None]:
-    text, problem = read_text(path)
-    if problem:
-        return None, problem
-    try:
-        return json.loads(text), None
-    except ValueError as exc:
-        return None, f"{path.name} is not valid JSON ({exc})"
-
-
-def load_yaml(path: Path) -> tuple[Any, str | None]:
-    text, problem = read_text(path)
-    if problem:
-        return None, problem
-    try:
-        return yaml.load(text, Loader=SAFE_LOADER), None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        return None, f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{f' at line {where.line + 1}' if where else ''})"
-
-
-def yaml_node(path: Path) -> tuple[Any, str | None]:
-    """The YAML document's node tree (parsed in C, no Python objects built): enough to judge a
-    file's shape, several times cheaper than load_yaml on large DLIO records."""
-    text, problem = read_text(path)
-    if problem:
-        return None, problem
-    try:
-        return yaml.compose(text, Loader=SAFE_LOADER), None
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        return None, f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{f' at line {where.line + 1}' if where else ''})"
 
 
 def _mapping_value(node: Any, key: str) -> Any:
@@ -479,13 +396,13 @@ not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state
 
 def _symlinks(root: Path) -> Iterator[Path]:
     """Every symbolic link below the package root (top-level dot entries excluded), unfollowed."""
-    stack = [p for n, k, p in entries(root) if not n.startswith(".")]
+    stack = visible(root)
     while stack:
-        path = stack.pop()
-        if path.is_symlink():
+        _, kind, path = stack.pop()
+        if kind == LINK:
             yield path
-        elif real_dir(path):
-            stack.extend(p for _, _, p in entries(path))
+        elif kind == DIR:
+            stack.extend(entries(path))
 
 
 def _leaf_dirs(pkg: Package) -> Iterator[tuple[str, Path]]:
@@ -968,7 +885,7 @@ def _results_json(directory: Path, number: str) -> Iterable[Finding]:
     if problem is None and not isinstance(data, dict):
         problem = "results.json is not a JSON object"
     if problem:
-        yield finding(number, INVALID, path if path.exists() or path.is_symlink() else directory, problem)
+        yield finding(number, INVALID, path if kind_of(path) is not None else directory, problem)
 
 
 @rule("2.1.16", "runResultsJson")
@@ -1021,7 +938,7 @@ def dlio_log(pkg: Package) -> Iterable[Finding]:
     leaves += [leaf for _, leaf in checkpointing_leaves(pkg)]
     for leaf in leaves:
         path = leaf / "dlio.log"
-        if not path.exists() and not path.is_symlink():
+        if kind_of(path) is None:
             continue  # reported as a missing file by 2.1.14, 2.1.19 or 2.1.25
         text, problem = read_text(path, LOG_READ_LIMIT)
         if problem:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from pathlib import Path
 from typing import Iterable
 
-from mlpstorage_py.checker.package import Leaf, Package, load_yaml
+from mlpstorage_py.checker import files
+from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.rules import tables
 
@@ -170,12 +170,8 @@ def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
 
 
 def read_json_file(path: Path) -> dict | None:
-    from mlpstorage_py.checker.package import read_json
-
-    if not path.is_file():
-        return None
-    data = read_json(path)
-    return None if not isinstance(data, dict) or "__unreadable__" in data else data
+    data = files.json_or_unreadable(path) if files.real_file(path) else None
+    return None if not isinstance(data, dict) or files.UNREADABLE in data else data
 
 
 def _hosts(leaf: Leaf) -> int:
@@ -183,13 +179,9 @@ def _hosts(leaf: Leaf) -> int:
 
 
 def _system(pkg: Package, leaf: Leaf) -> dict:
-    return _system_yaml(pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml")
-
-
-@functools.lru_cache(maxsize=256)
-def _system_yaml(path: Path) -> dict:
-    """systems/<system>.yaml's system_under_test block, read once per file."""
-    data = load_yaml(path) if path.is_file() else {}
+    """systems/<system>.yaml's system_under_test block."""
+    path = pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml"
+    data = files.yaml_or_unreadable(path) if files.real_file(path) else {}
     block = data.get("system_under_test") if isinstance(data, dict) else None
     return block if isinstance(block, dict) else {}
 
@@ -286,8 +278,7 @@ def filesystem_check(pkg: Package) -> Iterable[Finding]:
             if record.get("same_filesystem") is not False:
                 yield finding("3.4.2", INVALID, run.path, "fs_separation.json shows the data and results on one filesystem")
             continue
-        stdout = run.path / "training_run.stdout.log"
-        text = stdout.read_text(encoding="utf-8", errors="replace") if stdout.is_file() else ""
+        text = files.read_text(run.path / "training_run.stdout.log")[0] or ""
         if "Filesystem" not in text or "Mounted on" not in text:
             yield finding("3.4.2", INVALID, run.path, "no fs_separation.json and no df listing in training_run.stdout.log")
 

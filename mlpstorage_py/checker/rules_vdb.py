@@ -23,11 +23,11 @@ from typing import Any, Iterable
 
 import yaml
 
+from mlpstorage_py.checker.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
 from mlpstorage_py.checker.rules_structure import (
-    FILE, LeafRecord, as_int, as_number, checker_of, dig, entries, load_json, read_text, record, sanctioned,
-    system_description)
+    LeafRecord, as_int, as_number, checker_of, dig, record, sanctioned, system_description)
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 
@@ -80,7 +80,7 @@ class Vdb:
     def config(self) -> tuple[dict | None, str | None]:
         """config.json: (object, None), (None, why) when broken, (None, None) when absent."""
         path = self.path / "config.json"
-        if not path.exists() and not path.is_symlink():
+        if kind_of(path) is None:
             return None, None
         data, problem = load_json(path)
         if problem is None and not isinstance(data, dict):
@@ -351,8 +351,9 @@ def _recall(v: Vdb) -> tuple[Any, str]:
             return dig(v.summary, key), f"summary.json {key}"
     if dig(v.summary, "recall_stats", "mean_recall") is not None:
         return dig(v.summary, "recall_stats", "mean_recall"), "summary.json recall_stats.mean_recall"
-    for path in [v.path / "recall_stats.json", *sorted(v.path.glob("vectordb/*/recall_stats.json"))]:
-        if path.is_file() and not path.is_symlink():
+    per_backend = [d / "recall_stats.json" for _, kind, d in entries(v.path / "vectordb") if kind == DIR]
+    for path in [v.path / "recall_stats.json", *per_backend]:
+        if real_file(path):
             data, problem = load_json(path)
             if problem:
                 return None, problem
@@ -440,7 +441,7 @@ def ground_truth(pkg: Package) -> Iterable[Finding]:
     for v in _leaves(pkg, "run"):
         evidence = False
         verdict_path = v.path / "result_verdict.json"
-        if verdict_path.exists() or verdict_path.is_symlink():
+        if kind_of(verdict_path) is not None:
             verdict, problem = load_json(verdict_path)
             flat = dig(verdict, "flat_setup")
             if problem or not isinstance(flat, dict):

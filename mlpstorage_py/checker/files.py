@@ -1,0 +1,322 @@
+"""The package as the checker reads it: every directory listed and every file read and parsed
+at most once per reading (Package.load starts a new one), however many rules ask.
+
+A path's kind (file, directory, symbolic link) comes from its parent directory's listing, made
+with lstat by os.scandir: asking costs no system call, and below the package root nothing is
+listed or read through a symbolic link, so the checker never leaves the package (rule 1.1
+reports the links). A missing, linked or malformed file comes back as a problem, so it is a
+finding about that file, never a crash.
+
+Two reporting styles exist, as the rules were written: (value, problem) for the structure rules
+(read_text, load_json, load_yaml, yaml_node), and a value or {"__unreadable__": why} for the
+leaf records of package.py (json_or_unreadable, yaml_or_unreadable). Both parse the same text.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
+Entry = tuple[str, str, Path]
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: same data, much faster
+UNREADABLE = "__unreadable__"
+
+
+class _Listing(NamedTuple):
+    entries: tuple[Entry, ...]  # sorted by name
+    by_name: dict[str, Entry]
+
+
+class _Content(NamedTuple):
+    text: str | None  # as open(..., errors="replace") reads it: bad bytes replaced, newlines translated
+    error: OSError | None  # why a file could not be read
+    undecodable: UnicodeDecodeError | None  # what a strict UTF-8 read raises, when the bytes are not UTF-8
+
+
+# The caches are keyed by Path.parts: the rules build a new Path for every file they ask
+# about, and a tuple of its (already hashed) names is much cheaper to hash than a Path.
+Key = tuple[str, ...]
+_EMPTY = _Listing((), {})
+_root: Path | None = None
+_root_parts: Key = ()
+_listings: dict[Key, _Listing] = {}
+_contents: dict[Key, _Content] = {}
+_json: dict[Key, tuple[Any, ValueError | None]] = {}
+_yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
+_tags: dict[tuple[Any, Any, Any], str] = {}
+
+
+def start(root: Path) -> None:
+    """Forget every listing and file: a new reading of the package at `root` (trusted as given;
+    every symbolic link below it is reported, never followed)."""
+    global _root, _root_parts
+    _root, _root_parts = root, root.parts
+    for cache in (_listings, _contents, _json, _yaml, _tags):
+        cache.clear()
+
+
+# --- listing -----------------------------------------------------------------------------
+
+def _below_root(parts: Key) -> bool:
+    return _root is not None and len(parts) > len(_root_parts) and parts[:len(_root_parts)] == _root_parts
+
+
+def _listing(directory: Path, key: Key) -> _Listing:
+    found = _listings.get(key)
+    if found is None:
+        if directory == _root:
+            enterable = True  # as given
+        elif _below_root(key):
+            enterable = kind_of(directory) == DIR  # by its parent's listing: nothing below a link is listed
+        else:
+            enterable = kind_of(directory) != LINK  # outside the package: os.scandir would follow a link
+        found = _listings[key] = _scan(directory) if enterable else _EMPTY
+    return found
+
+
+def _scan(directory: Path) -> _Listing:
+    found: list[Entry] = []
+    try:
+        with os.scandir(directory) as scan:
+            for entry in scan:
+                if entry.is_symlink():
+                    kind = LINK
+                elif entry.is_dir(follow_symlinks=False):
+                    kind = DIR
+                elif entry.is_file(follow_symlinks=False):
+                    kind = FILE
+                else:
+                    kind = OTHER
+                found.append((entry.name, kind, directory / entry.name))
+    except OSError:
+        return _EMPTY
+    found.sort()
+    return _Listing(tuple(found), {e[0]: e for e in found})
+
+
+def entries(directory: Path) -> tuple[Entry, ...]:
+    """(name, kind, path) of a directory's entries, sorted; a linked directory lists as empty."""
+    return _listing(directory, directory.parts).entries
+
+
+def visible(directory: Path) -> list[Entry]:
+    """Entries that are not dot-prefixed (dot entries are version-control or OS clutter)."""
+    return [e for e in entries(directory) if not e[0].startswith(".")]
+
+
+def kind_of(path: Path) -> str | None:
+    """DIR, FILE, LINK or OTHER, None when there is no such entry: below the package root as
+    the parent's listing has it (no system call), elsewhere by lstat."""
+    parts = path.parts
+    if _below_root(parts):
+        listing = _listings.get(parts[:-1]) or _listing(path.parent, parts[:-1])
+        entry = listing.by_name.get(parts[-1])
+        return entry[1] if entry is not None else None
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    return LINK if stat.S_ISLNK(mode) else DIR if stat.S_ISDIR(mode) else FILE if stat.S_ISREG(mode) else OTHER
+
+
+def real_dir(path: Path) -> bool:
+    return kind_of(path) == DIR
+
+
+def real_file(path: Path) -> bool:
+    return kind_of(path) == FILE
+
+
+# --- reading -----------------------------------------------------------------------------
+
+def _decode(data: bytes) -> tuple[str, UnicodeDecodeError | None]:
+    """What a text-mode read returns (errors replaced, universal newlines), and the strict error."""
+    try:
+        text, problem = data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        text, problem = data.decode("utf-8", "replace"), exc
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text, problem
+
+
+def _read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The file's bytes (at most `limit`), by descriptor: several times cheaper than open()."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        chunks, size = [], 0
+        while limit is None or size < limit:
+            chunk = os.read(fd, 1 << 16 if limit is None else min(1 << 16, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _content(path: Path) -> _Content:
+    """A regular file's text, read once (the caller has checked its kind)."""
+    found = _contents.get(path.parts)
+    if found is None:
+        try:
+            text, undecodable = _decode(_read_bytes(path))
+            found = _Content(text, None, undecodable)
+        except OSError as exc:
+            found = _Content(None, exc, None)
+        _contents[path.parts] = found
+    return found
+
+
+def read_text(path: Path, limit: int | None = None) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why); symbolic links are refused. With `limit`, the first `limit`
+    characters: a log may be large, so only its head is read and nothing is kept."""
+    what = kind_of(path)
+    if what == LINK:
+        return None, f"{path.name} is a symbolic link (not followed)"
+    if what != FILE:
+        return None, f"{path.name} is missing"
+    if limit is not None and path.parts not in _contents:
+        try:
+            # Every character takes at most 4 bytes, so 4 * limit + 1 bytes decode to at least
+            # `limit` whole characters; a character cut at the end lies beyond them.
+            return _decode(_read_bytes(path, 4 * limit + 1))[0][:limit], None
+        except OSError as exc:
+            return None, f"{path.name} cannot be read: {exc.strerror or exc}"
+    content = _content(path)
+    if content.error is not None:
+        return None, f"{path.name} cannot be read: {content.error.strerror or content.error}"
+    return content.text if limit is None else content.text[:limit], None
+
+
+def _strict_text(path: Path) -> tuple[str | None, str | None]:
+    """(text, None) as a strict UTF-8 read gives it, or (None, "<name>: <the error it raises>")."""
+    what = kind_of(path)
+    if what in (LINK, OTHER):
+        return None, f"{path.name} is a {what} (not read)"
+    if what != FILE:  # the error open() raises
+        code = errno.EISDIR if what == DIR else errno.ENOENT
+        return None, f"{path.name}: {OSError(code, os.strerror(code), str(path))}"
+    content = _content(path)
+    error = content.error or content.undecodable
+    return (None, f"{path.name}: {error}") if error is not None else (content.text, None)
+
+
+def strict_text(path: Path) -> str | None:
+    """A regular file's text, None for anything else; raises what a strict UTF-8 read raises."""
+    if kind_of(path) != FILE:
+        return None
+    content = _content(path)
+    if content.error or content.undecodable:
+        raise content.error or content.undecodable
+    return content.text
+
+
+def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
+    found = _json.get(path.parts)
+    if found is None:
+        try:
+            found = json.loads(text), None
+        except ValueError as exc:
+            found = None, exc
+        _json[path.parts] = found
+    return found
+
+
+def load_json(path: Path) -> tuple[Any, str | None]:
+    """(data, None) or (None, why the file is missing, linked, unreadable or not JSON)."""
+    text, problem = read_text(path)
+    if problem:
+        return None, problem
+    data, exc = _parsed_json(path, text)
+    return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
+
+
+def json_or_unreadable(path: Path) -> Any:
+    """Parsed JSON, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
+    text, problem = _strict_text(path)
+    if problem:
+        return {UNREADABLE: problem}
+    data, exc = _parsed_json(path, text)
+    return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
+
+
+class _Loader(SAFE_LOADER):
+    """The safe loader with tag resolution remembered: without path resolvers (the safe loader
+    has none) a scalar's tag depends on its kind, text and style alone, and resolving it again
+    for every key of every DLIO record is most of the time composing them takes."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        key = (kind, value, implicit)
+        tag = _tags.get(key)
+        if tag is None:
+            tag = _tags[key] = super().resolve(kind, value, implicit)
+        return tag
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        """Nothing to track: there are no path resolvers."""
+
+    def ascend_resolver(self) -> None:
+        """Nothing to track: there are no path resolvers."""
+
+
+class _ShapeLoader(_Loader):
+    """For judging a document's shape alone: tags are left unresolved, since composing never
+    looks at them (only building data does), and resolving them is much of the cost."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        return ""
+
+
+def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
+    found = _yaml.get(path.parts)
+    if found is None:
+        try:
+            found = yaml.load(text, Loader=_Loader), None
+        except yaml.YAMLError as exc:
+            found = None, exc
+        _yaml[path.parts] = found
+    return found
+
+
+def _yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
+    where = getattr(exc, "problem_mark", None)
+    return f"{path.name} is not valid YAML ({getattr(exc, 'problem', None) or exc}{f' at line {where.line + 1}' if where else ''})"
+
+
+def load_yaml(path: Path) -> tuple[Any, str | None]:
+    """(data, None) or (None, why the file is missing, linked, unreadable or not YAML)."""
+    text, problem = read_text(path)
+    if problem:
+        return None, problem
+    data, exc = _parsed_yaml(path, text)
+    return (None, _yaml_problem(path, exc)) if exc else (data, None)
+
+
+def yaml_node(path: Path) -> tuple[Any, str | None]:
+    """The YAML document's node tree, its tags unresolved: enough to judge a file's shape,
+    cheaper than building its data, and not kept (each file's shape is judged once)."""
+    text, problem = read_text(path)
+    if problem:
+        return None, problem
+    try:
+        return yaml.compose(text, Loader=_ShapeLoader), None
+    except yaml.YAMLError as exc:
+        return None, _yaml_problem(path, exc)
+
+
+def yaml_or_unreadable(path: Path) -> Any:
+    """Parsed YAML, or {"__unreadable__": reason} so a broken file is a finding, not a crash."""
+    text, problem = _strict_text(path)
+    if problem:
+        return {UNREADABLE: problem}
+    data, exc = _parsed_yaml(path, text)
+    return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
