@@ -243,3 +243,18 @@ def test_manpage_environment_lists_every_variable_of_the_table():
     table = storage_env()
     for name in [*table["connection"], *table["storage_backend"]]:
         assert f"| `{name}` |" in environment, name
+
+
+@pytest.mark.heavy
+def test_jpeg_datagen_writes_decodable_images(cli, results, s3_endpoint):
+    import s3dlio
+    from PIL import Image
+
+    bucket = s3_endpoint.bucket()
+    gen = cli("open", "training", "retinanet", "datagen", "object", "-np", "2", "-dd", f"s3://{bucket}/d", "-sn", "sys1",
+              "-rd", results, "-aip", "--params", "dataset.num_files_train=4", "dataset.record_length_bytes=65536")
+    assert gen.rc == 0, gen.err
+    objects = sorted(s3dlio.list(f"s3://{bucket}/d/retinanet/train/", True))
+    assert [o.rsplit("/", 1)[1] for o in objects] == [f"img_{i}_of_4.jpeg" for i in range(4)]
+    image = Image.open(io.BytesIO(s3dlio.get(objects[0]).memoryview()))
+    assert (image.format, image.size) == ("JPEG", (256, 256))
