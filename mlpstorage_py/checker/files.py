@@ -276,6 +276,83 @@ class _ShapeLoader(_Loader):
         return ""
 
 
+MAPPING, SEQUENCE, SCALAR = "mapping", "sequence", "scalar"
+_NODE_KINDS = {yaml.MappingNode: MAPPING, yaml.SequenceNode: SEQUENCE, yaml.ScalarNode: SCALAR}
+_START_KINDS = {yaml.MappingStartEvent: MAPPING, yaml.SequenceStartEvent: SEQUENCE, yaml.ScalarEvent: SCALAR}
+# Text holding any of these may have anchors, aliases or a second document, and is judged by
+# composing it (a BOM or a Unicode line break may put a document marker at a line's start).
+_COMPOSE_ONLY = ("&", "*", "\n---", "\n...", "\ufeff", "\x85", "\u2028", "\u2029")
+
+
+def _compose_only(text: str) -> bool:
+    return text.startswith(("---", "...")) or any(mark in text for mark in _COMPOSE_ONLY)
+
+
+class Shape(NamedTuple):
+    """What a YAML document is at its top: enough to tell a record from an empty or truncated one."""
+    kind: str | None  # MAPPING, SEQUENCE or SCALAR; None for an empty stream
+    empty: bool  # a mapping or sequence without items
+    value_kind: str | None  # in a mapping, the kind of the value of the first key named as asked
+
+
+def _shape_of_node(node: Any, key: str | None) -> Shape:
+    kind = _NODE_KINDS.get(type(node))
+    value = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None) \
+        if kind == MAPPING and key is not None else None
+    return Shape(kind, kind in (MAPPING, SEQUENCE) and not node.value, _NODE_KINDS.get(type(value)))
+
+
+def _skip_node(loader: Any, event: Any) -> None:
+    """Consume the events of the node `event` starts."""
+    depth = 0 if isinstance(event, yaml.ScalarEvent) else 1
+    while depth:
+        event = loader.get_event()
+        depth += 1 if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)) else \
+            -1 if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)) else 0
+
+
+def _shape_of_events(loader: Any, key: str | None) -> Shape:
+    """The shape from the first few parse events; the rest of the stream is parsed in C only.
+
+    Without anchors, aliases or document markers, composing can fail only where parsing does,
+    and at the same event, so this judges a document exactly as composing it would."""
+    loader.get_event()  # the stream's start
+    if isinstance(loader.get_event(), yaml.StreamEndEvent):
+        return Shape(None, False, None)
+    root = loader.get_event()
+    kind = _START_KINDS[type(root)]
+    empty, value_kind = False, None
+    if kind in (MAPPING, SEQUENCE):
+        event = loader.get_event()
+        empty = isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent))
+        while kind == MAPPING and key is not None and not isinstance(event, yaml.MappingEndEvent):
+            if isinstance(event, yaml.ScalarEvent) and event.value == key:
+                value_kind = _START_KINDS[type(loader.get_event())]
+                break
+            _skip_node(loader, event)  # the key
+            _skip_node(loader, loader.get_event())  # its value
+            event = loader.get_event()
+    loader.raw_parse()  # the rest of the stream, for the errors composing would meet
+    return Shape(kind, empty, value_kind)
+
+
+def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | None]:
+    """(shape, None) of a YAML document, or (None, why the file is missing, linked, unreadable
+    or not YAML). Judging a file is cheaper than composing or loading it, and nothing is kept."""
+    text, problem = read_text(path)
+    if problem:
+        return None, problem
+    loader = _ShapeLoader(text)
+    try:
+        if _compose_only(text) or not hasattr(loader, "raw_parse"):
+            return _shape_of_node(loader.get_single_node(), key), None
+        return _shape_of_events(loader, key), None
+    except yaml.YAMLError as exc:
+        return None, _yaml_problem(path, exc)
+    finally:
+        loader.dispose()
+
+
 def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
     found = _yaml.get(path.parts)
     if found is None:
@@ -299,18 +376,6 @@ def load_yaml(path: Path) -> tuple[Any, str | None]:
         return None, problem
     data, exc = _parsed_yaml(path, text)
     return (None, _yaml_problem(path, exc)) if exc else (data, None)
-
-
-def yaml_node(path: Path) -> tuple[Any, str | None]:
-    """The YAML document's node tree, its tags unresolved: enough to judge a file's shape,
-    cheaper than building its data, and not kept (each file's shape is judged once)."""
-    text, problem = read_text(path)
-    if problem:
-        return None, problem
-    try:
-        return yaml.compose(text, Loader=_ShapeLoader), None
-    except yaml.YAMLError as exc:
-        return None, _yaml_problem(path, exc)
 
 
 def yaml_or_unreadable(path: Path) -> Any:

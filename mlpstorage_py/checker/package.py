@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from fnmatch import translate
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mlpstorage_py.checker import files
 from mlpstorage_py.results import code_image
@@ -36,13 +36,14 @@ class Leaf:
     def command(self) -> str:
         return "run" if self.benchmark == "checkpointing" else self.parts[-1]
 
-    @property
+    @functools.cached_property
     def workload_dir(self) -> Path:
         return self.path.parent if self.benchmark == "checkpointing" else self.path.parent.parent
 
     def glob(self, pattern: str) -> list[Path]:
         """Entries of the leaf whose names match a glob pattern, in name order."""
-        return [path for name, _, path in files.entries(self.path) if fnmatchcase(name, pattern)]
+        matches = _glob_pattern(pattern)
+        return [path for name, _, path in files.entries(self.path) if matches(name)]
 
     @functools.cached_property
     def metadata_files(self) -> list[Path]:
@@ -73,9 +74,15 @@ class Leaf:
     def pointer(self) -> str | None:
         return files.strict_text(self.path / code_image.POINTER_FILE)
 
-    @property
+    @functools.cached_property
     def stamped_edition(self) -> str:
         return (self.provenance or {}).get("rules_edition", "unknown")
+
+
+@functools.cache
+def _glob_pattern(pattern: str) -> Callable[[str], re.Match | None]:
+    """A shell pattern as the match Path.glob applies to names (case-sensitive, dots not special)."""
+    return re.compile(translate(pattern)).match
 
 
 def _subdirs(directory: Path) -> list[Path]:
@@ -145,12 +152,18 @@ class Package:
         return [d for pool in pools if pool.is_dir() for d in sorted(pool.glob("code-*")) if d.is_dir()]
 
     def resolve_image(self, leaf: Leaf, digest: str) -> Path | None:
-        """A pointer resolves against code-images/ first, then the leaf's organization pool."""
-        for pool in (self.root / code_image.POOL_DIR, self.root / leaf.org):
-            candidate = pool / f"code-{digest[:8]}"
-            if (candidate / code_image.HASH_FILE).is_file():
-                return candidate
-        return None
+        """A pointer resolves against code-images/ first, then the leaf's organization pool
+        (looked up once per organization and image: the leaves of a submission share a few)."""
+        cache = vars(self).setdefault("_images", {})
+        key = (leaf.org, digest[:8])
+        if key not in cache:
+            cache[key] = None
+            for pool in (self.root / code_image.POOL_DIR, self.root / leaf.org):
+                candidate = pool / f"code-{digest[:8]}"
+                if (candidate / code_image.HASH_FILE).is_file():
+                    cache[key] = candidate
+                    break
+        return cache[key]
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
         """<division>/<org>/submission.yaml, parsed once per validation."""

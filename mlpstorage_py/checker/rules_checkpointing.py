@@ -65,10 +65,12 @@ def _size_gib(rec: LeafRecord) -> float | None:
 
 
 def counts(rec: LeafRecord) -> tuple[int | None, int | None, str]:
-    """(writes, reads, where recorded): args first, then the resolved and the run configuration."""
-    sources = (("args", rec.args), ("parameters.checkpoint", dig(rec.meta, "parameters", "checkpoint")),
-               ("dlio_config/config.yaml", dig(rec.workload_config, "checkpoint")), ("summary.json", rec.summary))
-    for where, block in sources:
+    """(writes, reads, where recorded): args first, then the resolved and the run configuration
+    (each source looked at only when the ones before it lack the counts)."""
+    sources = (("args", lambda: rec.args), ("parameters.checkpoint", lambda: dig(rec.meta, "parameters", "checkpoint")),
+               ("dlio_config/config.yaml", lambda: dig(rec.workload_config, "checkpoint")), ("summary.json", lambda: rec.summary))
+    for where, source in sources:
+        block = source()
         writes, reads = (as_int(dig(block, key)) for key in COUNT_KEYS)
         if writes is not None and reads is not None:
             return writes, reads, where
@@ -103,8 +105,9 @@ def _processes(rec: LeafRecord) -> dict[str, int]:
 
 def _configuration(rec: LeafRecord) -> tuple[dict | None, str]:
     """The recorded workload configuration: yaml_params, parameters, else dlio_config/config.yaml."""
-    for where, block in (("yaml_params", dig(rec.meta, "yaml_params")), ("parameters", dig(rec.meta, "parameters")),
-                         ("dlio_config/config.yaml", rec.workload_config)):
+    for where, source in (("yaml_params", lambda: dig(rec.meta, "yaml_params")), ("parameters", lambda: dig(rec.meta, "parameters")),
+                          ("dlio_config/config.yaml", lambda: rec.workload_config)):
+        block = source()
         if isinstance(block, dict) and block:
             return block, where
     return None, "nowhere"
@@ -198,15 +201,15 @@ def data_size_ratio(pkg: Package) -> Iterable[Finding]:
 def fsync(pkg: Package) -> Iterable[Finding]:
     """Every run's recorded configuration has checkpoint.fsync true."""
     for wl, rec in _runs(pkg):
-        sources = (("parameters", dig(rec.meta, "parameters", "checkpoint", "fsync")),
-                   ("yaml_params", dig(rec.meta, "yaml_params", "checkpoint", "fsync")),
-                   ("dlio_config/config.yaml", dig(rec.workload_config, "checkpoint", "fsync")))
-        recorded = [(where, value) for where, value in sources if value is not None]
-        if not recorded:
+        sources = (("parameters", lambda: dig(rec.meta, "parameters", "checkpoint", "fsync")),
+                   ("yaml_params", lambda: dig(rec.meta, "yaml_params", "checkpoint", "fsync")),
+                   ("dlio_config/config.yaml", lambda: dig(rec.workload_config, "checkpoint", "fsync")))
+        recorded = next(((where, value) for where, source in sources if (value := source()) is not None), None)
+        if recorded is None:
             yield _cannot("4.3.2", INVALID, rec, "checkpoint.fsync", rec.meta_problem or
                           "neither the metadata parameters nor dlio_config/config.yaml record checkpoint.fsync")
             continue
-        where, value = recorded[0]
+        where, value = recorded
         if canonical(value) is not True:
             yield finding("4.3.2", INVALID, rec.meta_path if where != "dlio_config/config.yaml" else rec.path,
                           f"checkpoint.fsync is {value!r} in {where}: every checkpoint write must end with fsync")

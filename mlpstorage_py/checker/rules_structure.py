@@ -20,10 +20,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import yaml
-
 from mlpstorage_py.checker.files import (
-    DIR, FILE, LINK, OTHER, entries, kind_of, load_json, load_yaml, read_text, real_dir, real_file, visible, yaml_node)
+    DIR, FILE, LINK, MAPPING, OTHER, SEQUENCE, entries, kind_of, load_json, load_yaml, read_text, real_dir, real_file,
+    visible, yaml_shape)
 from mlpstorage_py.checker.package import DIVISIONS, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, NAME_PATTERN
@@ -51,22 +50,16 @@ MEMORY_TOLERANCE = 0.01
 
 # --- names and values --------------------------------------------------------------------
 
+@functools.cache
 def leaf_time(name: str) -> datetime | None:
-    """The local date-time a timestamp directory's name states, or None when it is not one."""
+    """The local date-time a timestamp directory's name states, or None when it is not one
+    (remembered: every rule that orders runs asks about every leaf)."""
     if not TIMESTAMP.match(name):
         return None
     try:
         return datetime.strptime(name, DATETIME_FORMAT)
     except ValueError:
         return None
-
-
-def _mapping_value(node: Any, key: str) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.value == key:
-                return v
-    return None
 
 
 def dig(data: Any, *keys: str) -> Any:
@@ -370,16 +363,20 @@ def timestamp_dirs(directory: Path) -> list[Path]:
     return [p for n, k, p in entries(directory) if k == DIR and TIMESTAMP.match(n)]
 
 
-def training_leaves(pkg: Package, phase: str) -> Iterator[tuple[Workload, Path]]:
-    for wl in workloads(pkg, "training"):
-        for leaf in timestamp_dirs(wl.path / phase):
-            yield wl, leaf
+def training_leaves(pkg: Package, phase: str) -> list[tuple[Workload, Path]]:
+    """The timestamp directories of one phase of every training workload (listed once)."""
+    cache = vars(pkg).setdefault("_leaves", {})
+    if phase not in cache:
+        cache[phase] = [(wl, leaf) for wl in workloads(pkg, "training") for leaf in timestamp_dirs(wl.path / phase)]
+    return cache[phase]
 
 
-def checkpointing_leaves(pkg: Package) -> Iterator[tuple[Workload, Path]]:
-    for wl in workloads(pkg, "checkpointing"):
-        for leaf in timestamp_dirs(wl.path):
-            yield wl, leaf
+def checkpointing_leaves(pkg: Package) -> list[tuple[Workload, Path]]:
+    """The timestamp directories of every checkpointing workload (listed once)."""
+    cache = vars(pkg).setdefault("_leaves", {})
+    if "checkpointing" not in cache:
+        cache["checkpointing"] = [(wl, leaf) for wl in workloads(pkg, "checkpointing") for leaf in timestamp_dirs(wl.path)]
+    return cache["checkpointing"]
 
 
 # --- 1. Introduction ---------------------------------------------------------------------
@@ -851,11 +848,10 @@ def _dlio_config(leaf: Path, number: str, expected: list[str]) -> Iterable[Findi
         if kind != FILE:
             yield finding(number, INVALID, path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
             continue
-        node, problem = yaml_node(path)
+        shape, problem = yaml_shape(path, "workload" if name == "config.yaml" else None)
         if problem is None:
-            shape_ok = {"config.yaml": isinstance(_mapping_value(node, "workload"), yaml.MappingNode),
-                        "overrides.yaml": node is None or isinstance(node, yaml.SequenceNode)}.get(
-                name, isinstance(node, yaml.MappingNode) and bool(node.value))
+            shape_ok = {"config.yaml": shape.value_kind == MAPPING, "overrides.yaml": shape.kind in (None, SEQUENCE)}.get(
+                name, shape.kind == MAPPING and not shape.empty)
             if not shape_ok:
                 problem = f"{name} does not hold a DLIO {name[:-5]} record (empty, truncated or of the wrong shape)"
         if problem:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from pathlib import Path
@@ -179,11 +180,15 @@ def _hosts(leaf: Leaf) -> int:
 
 
 def _system(pkg: Package, leaf: Leaf) -> dict:
-    """systems/<system>.yaml's system_under_test block."""
-    path = pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml"
-    data = files.yaml_or_unreadable(path) if files.real_file(path) else {}
-    block = data.get("system_under_test") if isinstance(data, dict) else None
-    return block if isinstance(block, dict) else {}
+    """systems/<system>.yaml's system_under_test block, looked up once per system."""
+    cache = vars(pkg).setdefault("_system_blocks", {})
+    key = (leaf.division, leaf.org, leaf.system)
+    if key not in cache:
+        path = pkg.root / leaf.division / leaf.org / "systems" / f"{leaf.system}.yaml"
+        data = files.yaml_or_unreadable(path) if files.real_file(path) else {}
+        block = data.get("system_under_test") if isinstance(data, dict) else None
+        cache[key] = block if isinstance(block, dict) else {}
+    return cache[key]
 
 
 @rule("3.3.3", "trainingSingleHostSimulatedAccelerators")
@@ -255,6 +260,7 @@ def result_aggregation(pkg: Package) -> Iterable[Finding]:
 @rule("3.4.1", "trainingMlpstoragePathArgs")
 def path_args(pkg: Package) -> Iterable[Finding]:
     """A run records both a data directory and a results directory, and they differ."""
+    resolved = functools.cache(lambda path: Path(path).resolve())  # the runs of a workload share their directories
     for run in _training(pkg, "run"):
         args = (run.metadata or {}).get("args")
         if not isinstance(args, dict):
@@ -262,7 +268,7 @@ def path_args(pkg: Package) -> Iterable[Finding]:
         data, results = args.get("data_dir"), args.get("results_dir")
         if not data or not results:
             yield finding("3.4.1", INVALID, run.path, "args lacks data_dir or results_dir")
-        elif Path(str(data)).resolve() == Path(str(results)).resolve():
+        elif resolved(str(data)) == resolved(str(results)):
             yield finding("3.4.1", INVALID, run.path, "data_dir and results_dir are the same directory")
 
 
