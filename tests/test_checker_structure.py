@@ -323,9 +323,8 @@ def test_findings_name_the_file_at_fault(fresh):
     assert any("not valid JSON" in f.message for f in found) and any("not valid YAML" in f.message for f in found)
 
 
-def test_a_hostile_package_never_crashes_a_rule(fresh):
-    """Everything broken at once: each problem is a finding about its file."""
-    root = fresh()
+def break_everything(root: Path) -> None:
+    """Many problems at once: truncated and misshapen records, links out of the package."""
     for leaf in runs(root)[:3] + ckpt(root)[:1]:
         truncate(leaf / "summary.json", 17)
     metadata_file(runs(root)[3]).write_text('"just a string"', encoding="utf-8")
@@ -340,11 +339,32 @@ def test_a_hostile_package_never_crashes_a_rule(fresh):
     os.symlink("/nonexistent", runs(root)[5] / "0_output.json.link")
     (runs(root)[5] / "0_output.json").unlink()
     (runs(root)[5] / "0_output.json").symlink_to(runs(root)[5] / "summary.json")
+
+
+def test_a_hostile_package_never_crashes_a_rule(fresh):
+    """Everything broken at once: each problem is a finding about its file."""
+    root = fresh()
+    break_everything(root)
     found, findings = validated(root)
     assert {("1.1", INVALID), ("2.1.19", INVALID), ("2.1.20", INVALID), ("2.29", INVALID), ("2.1.7", INVALID),
             ("4.4.2", INVALID), ("4.7.4", INVALID)} <= found
     links = [f for f in findings if f.rule == "1.1" and "symbolic link" in f.message]
     assert len(links) == 3
+
+
+def test_a_helper_process_changes_no_finding(fresh, monkeypatch):
+    """A large package is checked in two processes: the findings, in order, are those of one."""
+    root = fresh()
+    break_everything(root)
+    monkeypatch.setattr(checker, "HELPER_MIN_LEAVES", 10 ** 9)
+    alone = checker.validate(root)[1]
+    monkeypatch.setattr(checker, "HELPER_MIN_LEAVES", 0)
+    pkg, helped = checker.validate(root)
+    if len(os.sched_getaffinity(0)) > 1:
+        assert checker._helped_rules(pkg), "the helper process was not used"
+    assert helped == alone
+    monkeypatch.setattr(checker._Helper, "_help", staticmethod(lambda *_: os._exit(1)))  # a helper that dies
+    assert checker.validate(root)[1] == alone
 
 
 def test_the_walk_does_not_follow_symlinked_directories(fresh):

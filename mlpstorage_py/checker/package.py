@@ -112,6 +112,9 @@ class Package:
     leaves: list[Leaf] = field(default_factory=list)
     reference_digest: str | None = None  # --reference-checksum
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
+    # Where the organizations' parsed submission.yaml come from when another process reads
+    # them (checker.validate's helper): {(division, org): manifest(...)}, or None to read here.
+    manifests_from: Callable[[], dict[tuple[str, str], tuple[Path, Any] | None] | None] | None = None
 
     @classmethod
     def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
@@ -166,8 +169,10 @@ class Package:
         return cache[key]
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
-        """<division>/<org>/submission.yaml, parsed once per validation."""
-        cache = vars(self).setdefault("_manifests", {})
+        """<division>/<org>/submission.yaml, parsed once per validation (here or by manifests_from)."""
+        cache = vars(self).get("_manifests")
+        if cache is None:
+            cache = self._manifests = (self.manifests_from() if self.manifests_from else None) or {}
         if (division, org) not in cache:
             path = self.root / division / org / "submission.yaml"
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed

@@ -307,10 +307,10 @@ def sanctioned(pkg: Package, division: str, org: str, family: str | None = None)
 
 
 def system_description(pkg: Package, division: str, org: str, system: str) -> tuple[dict | None, str | None, Path]:
-    """(system_under_test, problem, path) of systems/<system>.yaml."""
-    path = pkg.root / division / org / "systems" / f"{system}.yaml"
+    """(system_under_test, problem, path) of systems/<system>.yaml, looked up once per system."""
     cache = vars(pkg).setdefault("_systems", {})
-    if path not in cache:
+    if (division, org, system) not in cache:
+        path = pkg.root / division / org / "systems" / f"{system}.yaml"
         data, problem = load_yaml(path) if real_dir(path.parent) else (None, "systems/ is not a directory")
         if problem is None:
             sut = dig(data, "system_under_test")
@@ -318,9 +318,8 @@ def system_description(pkg: Package, division: str, org: str, system: str) -> tu
                 data, problem = None, f"{path.name} has no system_under_test mapping"
             else:
                 data = sut
-        cache[path] = (data, problem)
-    data, problem = cache[path]
-    return data, problem, path
+        cache[(division, org, system)] = (data, problem, path)
+    return cache[(division, org, system)]
 
 
 @dataclass(frozen=True)
@@ -844,7 +843,7 @@ def _dlio_config(leaf: Path, number: str, expected: list[str]) -> Iterable[Findi
         return
     content = {n: (k, p) for n, k, p in visible(folder)}
     for name in expected:
-        kind, path = content.get(name, (None, folder / name))
+        kind, path = content[name] if name in content else (None, folder / name)
         if kind != FILE:
             yield finding(number, INVALID, path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
             continue

@@ -20,8 +20,9 @@ def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
         if (leaf.division, leaf.org) != (division, org):
             continue
         stamp = leaf.provenance or {}
+        path = leaf.path.relative_to(pkg.root).as_posix()
         entries.append({
-            "path": leaf.path.relative_to(pkg.root).as_posix(),
+            "path": path,
             "benchmark": leaf.benchmark,
             "model": leaf.model,
             "command": leaf.command,
@@ -30,7 +31,7 @@ def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
             "rules_edition": leaf.stamped_edition,
             "core_config_hash": stamp.get("core_config", {}).get("hash", "unknown"),
             "code_image": (leaf.pointer or "unknown").strip(),
-            "stamp": (leaf.path / "provenance.json").relative_to(pkg.root).as_posix() if leaf.provenance else "derived",
+            "stamp": f"{path}/provenance.json" if leaf.provenance else "derived",
         })
     return entries
 
