@@ -8,7 +8,7 @@ reports the links). A missing, linked or malformed file comes back as a problem,
 finding about that file, never a crash.
 
 Two reporting styles exist, as the rules were written: (value, problem) for the structure rules
-(read_text, load_json, load_yaml, yaml_node), and a value or {"__unreadable__": why} for the
+(read_text, load_json, load_yaml, yaml_shape), and a value or {"__unreadable__": why} for the
 leaf records of package.py (json_or_unreadable, yaml_or_unreadable). Both parse the same text.
 """
 
@@ -47,35 +47,32 @@ _EMPTY = _Listing((), {})
 # The constructor Path.iterdir uses for a child of a listed directory, where this Python's
 # pathlib has it: several times cheaper than joining, which parses the name again.
 _child = getattr(Path, "_make_child_relpath", Path.joinpath)
-_root: Path | None = None
-_root_parts: Key = ()
+_root: Key | None = None  # the package root's parts, once a reading has started
 _listings: dict[Key, _Listing] = {}
 _contents: dict[Key, _Content] = {}
 _json: dict[Key, tuple[Any, ValueError | None]] = {}
 _yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
-_tags: dict[tuple[Any, Any, Any], str] = {}
 
 
 def start(root: Path) -> None:
     """Forget every listing and file: a new reading of the package at `root` (trusted as given;
     every symbolic link below it is reported, never followed)."""
-    global _root, _root_parts
-    _root, _root_parts = root, root.parts
-    for cache in (_listings, _contents, _json, _yaml, _tags):
+    global _root
+    _root = root.parts
+    for cache in (_listings, _contents, _json, _yaml):
         cache.clear()
 
 
 # --- listing -----------------------------------------------------------------------------
 
 def _below_root(parts: Key) -> bool:
-    depth = len(_root_parts)
-    return len(parts) > depth and parts[:depth] == _root_parts and _root is not None
+    return _root is not None and len(parts) > len(_root) and parts[:len(_root)] == _root
 
 
 def _listing(directory: Path, key: Key) -> _Listing:
     found = _listings.get(key)
     if found is None:
-        if directory == _root:
+        if key == _root:
             enterable = True  # as given
         elif _below_root(key):
             enterable = kind_of(directory) == DIR  # by its parent's listing: nothing below a link is listed
@@ -255,33 +252,6 @@ def json_or_unreadable(path: Path) -> Any:
     return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
 
 
-class _Loader(SAFE_LOADER):
-    """The safe loader with tag resolution remembered: without path resolvers (the safe loader
-    has none) a scalar's tag depends on its kind, text and style alone, and resolving it again
-    for every key of every DLIO record is most of the time composing them takes."""
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        key = (kind, value, implicit)
-        tag = _tags.get(key)
-        if tag is None:
-            tag = _tags[key] = super().resolve(kind, value, implicit)
-        return tag
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        """Nothing to track: there are no path resolvers."""
-
-    def ascend_resolver(self) -> None:
-        """Nothing to track: there are no path resolvers."""
-
-
-class _ShapeLoader(_Loader):
-    """For judging a document's shape alone: tags are left unresolved, since composing never
-    looks at them (only building data does), and resolving them is much of the cost."""
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        return ""
-
-
 MAPPING, SEQUENCE, SCALAR = "mapping", "sequence", "scalar"
 _NODE_KINDS = {yaml.MappingNode: MAPPING, yaml.SequenceNode: SEQUENCE, yaml.ScalarNode: SCALAR}
 _START_KINDS = {yaml.MappingStartEvent: MAPPING, yaml.SequenceStartEvent: SEQUENCE, yaml.ScalarEvent: SCALAR}
@@ -348,7 +318,7 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
     text, problem = read_text(path)
     if problem:
         return None, problem
-    loader = _ShapeLoader(text)
+    loader = SAFE_LOADER(text)
     try:
         if _compose_only(text) or not hasattr(loader, "raw_parse"):
             return _shape_of_node(loader.get_single_node(), key), None
@@ -364,7 +334,7 @@ def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
     found = _yaml.get(key)
     if found is None:
         try:
-            found = yaml.load(text, Loader=_Loader), None
+            found = yaml.load(text, Loader=SAFE_LOADER), None
         except yaml.YAMLError as exc:
             found = None, exc
         _yaml[key] = found
