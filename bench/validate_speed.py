@@ -3,6 +3,11 @@ whose system directory is replicated until the package holds about --leaves run 
 validated in-process. Prints leaves, seconds and leaves/second, and the time to walk the tree
 with os.walk as the reference measured in the same run (the floor any checker pays).
 
+validate reads each file once, and from checker.HELPER_MIN_LEAVES leaves on, with a second
+core free, runs the leaf-file rules in a forked helper process: the figure depends on the
+cores the machine gives. The replicated systems hold identical files, so a cache keyed by
+content would flatter it; validate keys what it reads by path.
+
     .venv/bin/python bench/validate_speed.py [--leaves 10000]
 """
 

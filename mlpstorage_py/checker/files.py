@@ -86,13 +86,13 @@ def _scan(directory: Path) -> _Listing:
     found: list[Entry] = []
     try:
         with os.scandir(directory) as scan:
-            for entry in scan:
-                if entry.is_symlink():
-                    kind = LINK
+            for entry in scan:  # none of these follows a link: a link is neither a file nor a directory here
+                if entry.is_file(follow_symlinks=False):
+                    kind = FILE
                 elif entry.is_dir(follow_symlinks=False):
                     kind = DIR
-                elif entry.is_file(follow_symlinks=False):
-                    kind = FILE
+                elif entry.is_symlink():
+                    kind = LINK
                 else:
                     kind = OTHER
                 found.append((entry.name, kind, _child(directory, entry.name)))
