@@ -243,13 +243,17 @@ def load_json(path: Path) -> tuple[Any, str | None]:
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
 
 
-def json_or_unreadable(path: Path) -> Any:
-    """Parsed JSON, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
+def _or_unreadable(path: Path, parse: Any) -> Any:
+    """Parsed data, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
     text, problem = _strict_text(path)
     if problem:
         return {UNREADABLE: problem}
-    data, exc = _parsed_json(path, text)
+    data, exc = parse(path, text)
     return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
+
+
+def json_or_unreadable(path: Path) -> Any:
+    return _or_unreadable(path, _parsed_json)
 
 
 MAPPING, SEQUENCE, SCALAR = "mapping", "sequence", "scalar"
@@ -356,9 +360,4 @@ def load_yaml(path: Path) -> tuple[Any, str | None]:
 
 
 def yaml_or_unreadable(path: Path) -> Any:
-    """Parsed YAML, or {"__unreadable__": reason} so a broken file is a finding, not a crash."""
-    text, problem = _strict_text(path)
-    if problem:
-        return {UNREADABLE: problem}
-    data, exc = _parsed_yaml(path, text)
-    return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
+    return _or_unreadable(path, _parsed_yaml)
