@@ -40,9 +40,9 @@ LOG_READ_LIMIT = 1 << 16
 # A log record carries a date-time; an empty, pruned or placeholder dlio.log has none (2.29).
 LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 # Rules 1.2: storage-backend variables are those of the Storage-backend table of ManPage.md's
-# ENVIRONMENT section. This build reads none; packages made by releases with s3dlio record its
-# S3DLIO_* variables, which is what the table of those releases lists.
-STORAGE_BACKEND_PREFIXES = ("S3DLIO_",)
+# ENVIRONMENT section (rules/storage_env.yaml): s3dlio's S3DLIO_* variables, listed or not (a run
+# that set an unlisted one could not declare it).
+STORAGE_BACKEND_PREFIXES = tuple(tables.storage_env()["backend_prefixes"])
 FORWARDED = re.compile(r"(?:^|\s)-x\s+([A-Za-z_][A-Za-z0-9_]*)")
 # 2.1.9: the same client host measured in two runs may differ by rounding, not by a part.
 MEMORY_TOLERANCE = 0.01
