@@ -7,9 +7,21 @@ DEMO := build/demo
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean system-deps
 
-install: $(STAMP)
+install: $(STAMP) system-deps
+
+# Debian packages the multi-host tests and benches need (simulated client hosts run their own
+# sshd; fio is the benches' reference). Installed only as root and only when missing; elsewhere
+# the tests that need them skip with the reason.
+SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -x "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing (apt-get)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
+			|| echo "apt-get could not install$$missing; the tests that need them will skip"; \
+	fi
 
 # DLIO 2.0.0 declares dependencies that cannot install here (CUDA stubs), so it goes in with
 # --no-deps and requirements.txt lists what it really needs.
@@ -21,7 +33,7 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q tests
 
 # A small end-to-end demo in build/demo: a fresh results tree; a CLOSED training datasize;
@@ -34,7 +46,7 @@ TINY := dataset.record_length_bytes=262144 dataset.record_length_bytes_stdev=0 d
 	train.epochs=2 train.computation_time=0.01 reader.batch_size=2 reader.read_threads=1
 TINY_LLAMA := model.num_layers=2 model.hidden_size=512 model.ffn_hidden_size=1024 model.vocab_size=8192 \
 	model.num_attention_heads=8 model.num_kv_heads=2 checkpoint.time_between_checkpoints=0
-demo: $(STAMP)
+demo: $(STAMP) system-deps
 	rm -rf $(DEMO)
 	mkdir -p $(DEMO)/data $(DEMO)/checkpoints
 	$(MLPS) init DemoOrg $(DEMO)/results

@@ -189,3 +189,48 @@ def assert_no_secret(root: Path) -> None:
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
             assert S3_SECRET.encode() not in data and b"mlpsTestKeyId" not in data, f"credential written into {path}"
+
+
+# -- simulated client hosts (tests/simhosts.py) ------------------------------------------------
+@pytest.fixture(scope="session")
+def _sim_cluster():
+    """Three namespace hosts with their own hostname and sshd, shared by the session's tests."""
+    from simhosts import SimCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with SimCluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def sim_hosts(_sim_cluster, monkeypatch):
+    """The session's SimCluster with this test's environment pointing the launchers at it.
+    Tests that break a host (freeze, kill) must use `make_sim_cluster` instead."""
+    for name, value in _sim_cluster.env().items():
+        monkeypatch.setenv(name, value)
+    yield _sim_cluster
+    assert not _sim_cluster.stray_processes(), "a process of ours survived on a simulated host"
+
+
+@pytest.fixture
+def make_sim_cluster(monkeypatch):
+    """Factory for a private SimCluster(count) torn down after the test (for fault tests)."""
+    from simhosts import SimCluster, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    made: list = []
+
+    def make(count: int = 2):
+        cluster = SimCluster(count)
+        cluster.start()
+        made.append(cluster)
+        for name, value in cluster.env().items():
+            monkeypatch.setenv(name, value)
+        return cluster
+    yield make
+    for cluster in made:
+        cluster.stop()
