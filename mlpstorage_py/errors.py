@@ -5,7 +5,8 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
   3 file or directory not found; 4 permission denied; 5 configuration error
   (uninitialised or foreign results directory, missing required setting);
   6 the benchmark or a child process failed; 7 timeout; 8 interrupted (SIGINT/SIGTERM);
-  9 a run-time gate refused the run (CLOSED/OPEN limits, capacity, filesystem separation).
+  9 a run-time gate refused the run (CLOSED/OPEN limits, capacity, filesystem separation);
+  10 a client host is unreachable (its name does not resolve or its sshd does not answer).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class Interrupted(MlpsError):
 
 class GateRefused(MlpsError):
     exit_code = 9
+
+
+class HostUnreachable(MlpsError):
+    exit_code = 10
 
 
 class NotAvailable(MlpsError):

@@ -70,9 +70,24 @@ class SimHost:
             return None
 
     def pids(self) -> list[int]:
-        """Every process running in this host's network namespace (sshd, sessions, ranks)."""
-        done = _run("ip", "netns", "pids", self.netns, check=False)
-        return [int(p) for p in done.stdout.split()]
+        """Every live process in this host's network namespace (sshd, sessions, daemons, ranks)."""
+        try:
+            inode = os.stat(f"/run/netns/{self.netns}").st_ino
+        except OSError:
+            return []
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{entry.name}/ns/net").st_ino != inode:
+                    continue
+                state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in ("Z", "X"):
+                found.append(int(entry.name))
+        return found
 
 
 @dataclass
@@ -122,10 +137,16 @@ class SimCluster:
         if pid:
             os.kill(pid, signal.SIGCONT)
 
-    def stray_processes(self) -> list[int]:
-        """Processes left in the hosts' namespaces other than their sshd listeners."""
+    def stray_processes(self, settle_s: float = 10.0) -> list[int]:
+        """Processes left in the hosts' namespaces other than their sshd listeners, after
+        giving sessions that are closing up to `settle_s` to end."""
         listeners = {h.sshd_pid() for h in self.hosts}
-        return [p for h in self.hosts for p in h.pids() if p not in listeners]
+        end = time.monotonic() + settle_s
+        while True:
+            left = [p for h in self.hosts for p in h.pids() if p not in listeners]
+            if not left or time.monotonic() > end:
+                return left
+            time.sleep(0.2)
 
     # -- lifecycle --------------------------------------------------------------------
     def __enter__(self) -> "SimCluster":

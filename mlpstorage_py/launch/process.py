@@ -1,8 +1,17 @@
-"""Run a child process with its output captured into the leaf and progress on the console."""
+"""Run a child process with its output captured into the leaf, progress on the console, a
+deadline, and a teardown that leaves nothing of ours running.
+
+An MPI launcher is not one process: PRRTE starts each ssh in its own process group and remote
+daemons behind them, so stopping only the child's process group leaves ssh children running
+with parent 1. The teardown therefore signals every process in the child's session and every
+descendant found in /proc, SIGTERM first and SIGKILL after a grace period (prterun ignores
+SIGTERM while it waits on a host).
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -12,12 +21,14 @@ import time
 from pathlib import Path
 from typing import IO
 
-from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
 PROGRESS_EVERY_S = 15.0
-GRACE_S = 10.0
+GRACE_S = 5.0
+# A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
+EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
 
 def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str], secrets: list[bytes]) -> None:
@@ -35,10 +46,12 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
 
 
 def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Path,
-               env: dict[str, str] | None = None, label: str = "child", echo: bool = False) -> int:
+               env: dict[str, str] | None = None, label: str = "child", echo: bool = False,
+               deadline_s: float | None = None) -> int:
     """Run argv (a list, never a shell string) in cwd; stream stdout/stderr into the two files
     (and to the console when echo), print a progress line every PROGRESS_EVERY_S seconds, and
-    stop the whole process group if we are interrupted. Returns the exit code."""
+    stop the whole process tree if we are interrupted or `deadline_s` passes (then raise
+    TimeoutExpired). Returns the exit code."""
     log.info(f"{label}: {shlex.join(argv)}")
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -52,43 +65,94 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
         started = time.monotonic()
         try:
             while True:
+                elapsed = time.monotonic() - started
+                if deadline_s is not None and elapsed >= deadline_s:
+                    raise TimeoutExpired(f"{label} ran past its deadline of {deadline_s:.0f} s and was stopped "
+                                         f"(last output: {last[0][:160] or 'none'}); --deadline changes the limit")
+                wait = PROGRESS_EVERY_S if deadline_s is None else min(PROGRESS_EVERY_S, deadline_s - elapsed)
                 try:
-                    code = child.wait(timeout=PROGRESS_EVERY_S)
+                    code = child.wait(timeout=max(wait, 0.05))
                     break
                 except subprocess.TimeoutExpired:
-                    if not echo:
+                    if not echo and time.monotonic() - started >= PROGRESS_EVERY_S:
                         log.info(f"{label}: running {time.monotonic() - started:.0f} s; last output: {last[0][:160]}")
         except BaseException:
-            _stop(child)
+            stop_tree(child)
             raise
         finally:
             for pump in pumps:
                 pump.join(timeout=5)
+    # A launcher can exit while children it started in their own groups live on.
+    stop_tree(child)
     log.info(f"{label}: exit {code} after {time.monotonic() - started:.1f} s")
     return code
 
 
-def _stop(child: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL after a grace period."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, session id, state) for every process in /proc."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
             continue
+        try:
+            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(entry.name)] = (int(fields[1]), int(fields[3]), fields[0])
+    return table
+
+
+def tree(root: int) -> set[int]:
+    """Live processes in root's session (it leads one: start_new_session) and all its descendants."""
+    table = _proc_table()
+    found = {pid for pid, (_, session, state) in table.items() if session == root and state not in "ZX"}
+    found.add(root)
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _, state) in table.items() if parent in found and state not in "ZX"} - found
+        found |= more
+        grew = bool(more)
+    return {pid for pid in found if pid in table and table[pid][2] not in "ZX"}
+
+
+def stop_tree(child: subprocess.Popen) -> None:
+    """SIGTERM every process of the child's tree, then SIGKILL what is left after GRACE_S."""
+    for sig, grace in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
+        pids = tree(child.pid) if child.poll() is None else tree(child.pid) - {child.pid}
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            child.poll()
+            if not (tree(child.pid) & pids):
+                return
+            time.sleep(0.1)
+    child.poll()
 
 
 def require_success(code: int, label: str, stderr_path: Path) -> None:
     """A non-zero exit is a failed run; quote the child's last error line."""
     if code == 0:
         return
+    detail = error_line(stderr_path)
+    raise BenchmarkFailed(f"{label} exited with code {code}{': ' + detail if detail else ''} (see {stderr_path})")
+
+
+def error_line(stderr_path: Path) -> str:
+    """The line that explains a failure: a rank's Python exception (the first, which is the
+    cause; MPI's abort chatter follows it), else the last line mentioning an error."""
     lines = [l.strip() for l in stderr_path.read_text(encoding="utf-8", errors="replace").splitlines()]
     meaningful = [l for l in lines if l and not set(l) <= set("-=*")]
+    for line in meaningful:
+        match = EXCEPTION_LINE.match(line)
+        if match and not match.group(1).startswith(("KeyboardInterrupt", "SystemExit")):
+            return match.group(1)[:300]
     errors = [l for l in meaningful if "error" in l.lower() and not l.startswith(("prterun", "mpirun", "Primary job"))]
     pick = (errors or meaningful)[-1:]
-    detail = f": {pick[0][:300]}" if pick else ""
-    raise BenchmarkFailed(f"{label} exited with code {code}{detail} (see {stderr_path})")
+    return pick[0][:300] if pick else ""
