@@ -105,6 +105,8 @@ def add_mpi(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--allow-run-as-root", action="store_true", help="let Open MPI run as root (containers)")
     group.add_argument("--mpi-params", action="append", metavar="'ARGS'",
                        help="extra launcher arguments, split like a shell would; use --mpi-params='...'")
+    group.add_argument("--deadline", type=positive_float, metavar="SECONDS",
+                       help="stop a launched job that runs longer than this (default: derived from the work)")
 
 
 def add_storage(parser: argparse.ArgumentParser) -> None:
