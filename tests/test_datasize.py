@@ -60,9 +60,18 @@ def test_retinanet_memory_binds():
     expected = ceil_div(16 * 5 * GIB, 322957)
     assert expected == 265978
     assert s.min_samples == expected and s.bound == "memory"
-    assert s.num_files_train == expected
-    assert s.num_subfolders_train == ceil_div(expected, 10000) == 27
-    assert s.total_disk_bytes == expected * 322957
+    files = ceil_div(expected, 8) * 8  # rounded up to a multiple of the 8 ranks
+    assert s.num_files_train == files == 265984
+    assert s.num_subfolders_train == ceil_div(files, 10000) == 27
+    assert s.total_disk_bytes == files * 322957
+
+
+def test_file_count_is_a_multiple_of_the_ranks():
+    """DLIO 2.0.0 hangs when the files do not divide by the ranks: datasize rounds up."""
+    for accelerators in (3, 7, 16):
+        s = size(RETINANET, accelerators=accelerators, hosts=1, memory_gb=16)
+        assert s.num_files_train % accelerators == 0
+        assert 0 <= s.num_files_train - s.min_samples < accelerators
 
 
 def test_samples_per_file_rounds_files_up():
@@ -156,7 +165,7 @@ def test_cli_retinanet_datasize(cli, results):
     assert "the memory constraint binds" in res.out
     leaf = workload_leaves(results, tail="training/retinanet/datasize")[0]
     expected = -(-(64 * 5 * 2**30) // 322957)  # ceil: 64 GiB x 5 / record length
-    assert leaf_metadata(leaf)["parameters"]["dataset"]["num_files_train"] == expected
+    assert leaf_metadata(leaf)["parameters"]["dataset"]["num_files_train"] == -(-expected // 8) * 8
     prov = json.loads((leaf / "provenance.json").read_text(encoding="utf-8"))
     assert prov["core_config"]["hash"] == "20c73f53486caba0"
 
@@ -173,7 +182,9 @@ def test_measured_memory_wins_over_a_smaller_declaration(cli, results):
     leaf = workload_leaves(results, tail="training/retinanet/datasize")[0]
     meta = leaf_metadata(leaf)
     assert meta["parameters"]["dataset"]["num_files_train"] == -(-(measured * 5) // 322957)
-    assert meta["cluster_information"]["collection_method"] == "mpi"
+    assert meta["cluster_information"]["collection_method"] == "local"  # 127.0.0.1 is measured in-process
+    (host,) = meta["client_hosts"]
+    assert host["host"] == "127.0.0.1" and host["ranks"] == [0] and host["kernel"] and host["cpu_count"] >= 1
     assert meta["cluster_information"]["hosts"][0]["memory_total_bytes"] == measured
 
 

@@ -73,7 +73,12 @@ def test_datagen_then_run_through_dlio(cli, results, data_dir):
     assert meta["parameters"]["dataset"]["num_files_train"] == 16
     assert meta["cluster_information"]["hosts"][0]["memory_total_bytes"] > 0
     assert meta["page_cache"]["dataset_fits_in_client_memory"] is True
-    assert "dlio_benchmark" in meta["executed_command"] and "{leaf}" not in meta["executed_command"]
+    assert "mlpstorage_py.benchmarks.dlio_rank" in meta["executed_command"] and "{leaf}" not in meta["executed_command"]
+    # the page cache is dropped before the run and between the two epochs, on every host (here one)
+    assert meta["page_cache"]["before_run"] == "dropped"
+    (boundary,) = meta["page_cache"]["between_epochs"]
+    assert boundary["before_epoch"] == 2 and boundary["summary"] == "dropped"
+    assert [h["page_cache"] for h in boundary["hosts"]] == ["dropped"]
     assert not list(Path.cwd().iterdir()), "nothing may be left in the user's working directory"
 
     noop = cli("open", "training", "unet3d", "run", "-at", "b200", "-na", "1", "-cm", "1", "-dd", data_dir,
@@ -103,7 +108,10 @@ def test_closed_run_below_the_datasize_minimum_is_refused(cli, results, data_dir
     res = cli("closed", "training", "unet3d", "run", "-at", "b200", "-na", "2", "-cm", "1", "-dd", data_dir,
               "-sn", "sys1", "-rd", results)
     assert res.rc == 9 and "3.1.2" in res.err and "7000" in res.err  # 500 steps x batch 7 x 2
-    assert all_leaves(results) == []
+    # the gate needs the measured client hosts, so it runs inside the leaf, which records the refusal
+    (leaf,) = all_leaves(results)
+    meta = leaf_metadata(leaf)
+    assert meta["exit_status"] == 9 and "3.1.2" in meta["failure"] and meta["client_hosts"][0]["ranks"] == [0, 1]
 
 
 def test_run_asking_for_more_files_than_generated_is_refused(cli, results, data_dir):
@@ -134,5 +142,5 @@ def test_configview_prints_the_resolved_dlio_config_and_writes_nothing(cli, resu
               "-dd", data_dir, "-sn", "sys1", "-rd", results)
     assert res.rc == 0, res.err
     assert "record_length: 322957" in res.out and "record_length_bytes" not in res.out
-    assert "dlio_benchmark" in res.out and "-n 4" in res.out
+    assert "mlpstorage_py.benchmarks.dlio_rank" in res.out and "-n 4" in res.out
     assert all_leaves(results) == []

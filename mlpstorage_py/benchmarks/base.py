@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from mlpstorage_py.errors import GateRefused, UsageError
+from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
 
 
@@ -47,6 +48,10 @@ class Plan:
     page_cache: dict[str, Any] = field(default_factory=dict)
     # The client library that does object I/O (provenance.json's storage_library); None for file runs.
     storage_library: dict[str, str] | None = None
+    # One record per client host the engine's ranks run on (launch.hostinfo), set by the lifecycle.
+    client_hosts: list[dict[str, Any]] | None = None
+    # The engine job's deadline in seconds, once known (recorded in the metadata).
+    deadline_s: float | None = None
 
 
 class Benchmark(abc.ABC):
@@ -94,6 +99,16 @@ class Benchmark(abc.ABC):
 
     def preflight(self, plan: Plan) -> None:
         """Run-time gates that must pass before a leaf is created (none by default)."""
+
+    def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
+        """The MPI layout the engine runs with, so the lifecycle can probe and describe every
+        client host before the work starts; None when nothing is launched."""
+        if not plan.commands:
+            return None
+        return MpiOptions.from_args(self.request.args), plan.num_processes
+
+    def gate_hosts(self, plan: Plan) -> None:
+        """Gates that need the measured client hosts (plan.client_hosts); run inside the leaf."""
 
     @abc.abstractmethod
     def execute(self, plan: Plan, leaf: Path) -> None:

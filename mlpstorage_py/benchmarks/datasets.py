@@ -20,7 +20,6 @@ MANIFEST = ".mlps-datagen-manifest.json"
 # What DLIO's reader section gets for an object run: the s3dlio reader of storage/dlio_s3dlio.py
 # (named, not imported here: DLIO is heavy).
 OBJECT_READER = {"reader_classname": "mlpstorage_py.storage.dlio_s3dlio.S3dlioReader"}
-OBJECT_ENTRY = "mlpstorage_py.storage.dlio_s3dlio"
 
 
 class FileDataset:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py.benchmarks import workloads
-from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, NotFoundError
+from mlpstorage_py.errors import BenchmarkFailed, NotAvailable
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, mpi_command
 from mlpstorage_py.rules.core_config import flatten
 
@@ -55,21 +54,31 @@ def translate(parameters: dict[str, Any], table: dict[str, Any]) -> tuple[dict[s
     return engine, dropped
 
 
-def dlio_binary() -> str:
-    beside = Path(sys.executable).parent / "dlio_benchmark"
-    found = str(beside) if beside.is_file() else shutil.which("dlio_benchmark")
-    if not found:
-        raise NotFoundError("dlio_benchmark not found; run `make install`")
-    return found
+EPOCH_CACHE_FILE = "page_cache_epochs.jsonl"
 
 
-def command(opts: MpiOptions, processes: int, workload_name: str, program: list[str] | None = None) -> list[str]:
-    """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders; `program` replaces the
-    dlio_benchmark entry point (object runs start DLIO through its s3dlio plug-ins)."""
-    program = (program or [dlio_binary()]) + ["--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
-               f"++hydra.run.dir={LEAF}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
-               f"++workload.output.folder={LEAF}"]
+def command(opts: MpiOptions, processes: int, workload_name: str, *, s3dlio: bool = False,
+            epoch_cache: bool = False) -> list[str]:
+    """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders. Every rank runs DLIO's main
+    through benchmarks/dlio_rank.py (abort the job on a rank's exception; optionally the s3dlio
+    plug-ins and a page-cache drop on every host between epochs)."""
+    rank = [sys.executable, "-m", "mlpstorage_py.benchmarks.dlio_rank"]
+    if s3dlio:
+        rank.append("--s3dlio")
+    if epoch_cache:
+        rank += ["--epoch-cache", f"{LEAF}/{EPOCH_CACHE_FILE}"]
+    program = rank + ["--", "--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
+                      f"++hydra.run.dir={LEAF}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
+                      f"++workload.output.folder={LEAF}"]
     return mpi_command(opts, processes, program)
+
+
+def epoch_cache_record(leaf: Path) -> list[dict[str, Any]]:
+    """What dlio_rank recorded at each epoch boundary (absent when there was one epoch)."""
+    path = leaf / EPOCH_CACHE_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_workload(scratch: Path, name: str, engine_config: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError
+from mlpstorage_py.launch import hostinfo, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import write_json
@@ -81,6 +82,8 @@ def run(bench: Benchmark) -> int:
         metadata.update(storage_env)
         if fs_record is not None:
             write_json(leaf / fs_probe.FILE_NAME, fs_record)
+        _survey_hosts(bench, plan, metadata, results_dir)
+        bench.gate_hosts(plan)
         bench.execute(plan, leaf)
         metadata.update(bench.collect(plan, leaf))
         status, failure = 0, None
@@ -99,6 +102,21 @@ def run(bench: Benchmark) -> int:
         if failure:
             log.error(f"{req.benchmark} {req.command} failed (exit {status}): {failure}; leaf {leaf}")
         detach(handlers)
+
+
+def _survey_hosts(bench: Benchmark, plan: Plan, metadata: dict[str, Any], results_dir: Path) -> None:
+    """Every client host answers ssh (in parallel, one deadline) and is described once, over the
+    launch layout the engine will use; recorded in the metadata even when this step fails."""
+    layout = bench.launch_layout(plan)
+    if layout is None:
+        return
+    opts, processes = layout
+    probes = preflight.check_hosts(opts.hosts)
+    metadata["host_preflight"] = [{"host": p.host, "ok": p.ok, "detail": p.detail, "seconds": round(p.seconds, 3)}
+                                  for p in probes]
+    plan.client_hosts = hostinfo.survey(opts, processes, results_dir)
+    metadata["client_hosts"] = plan.client_hosts
+    metadata["num_client_hosts"] = len(plan.client_hosts)
 
 
 def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] | None:

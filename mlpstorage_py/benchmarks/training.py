@@ -17,13 +17,13 @@ from mlpstorage_py.benchmarks import datasets, dlio, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.mpi import MpiOptions, fill
+from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
 from mlpstorage_py.launch.process import require_success, run_logged
-from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
-from mlpstorage_py.storage import drop_page_cache, s3
+from mlpstorage_py.storage import s3
 
 GIB = 1024 ** 3
 LEAF_MANIFEST = "datagen-manifest.json"
@@ -46,11 +46,13 @@ def compute_datasize(*, batch_size: int, samples_per_file: int, record_length: i
                      accelerators: int, hosts: int, memory_gb: float, steps_per_epoch: int,
                      memory_multiplier: int, max_files_per_subfolder: int) -> Datasize:
     """Rules 3.1.2: enough samples for `steps_per_epoch` steps on every accelerator and
-    `memory_multiplier` times the clients' total memory, whichever is larger."""
+    `memory_multiplier` times the clients' total memory, whichever is larger; the file count is
+    rounded up to a multiple of the accelerators (ranks), because DLIO gives every rank the same
+    share and a count that does not divide leaves the last rank reading past the list."""
     steps = steps_per_epoch * batch_size * accelerators
     memory = hosts * memory_gb * memory_multiplier * GIB / record_length
     min_samples = max(steps, math.ceil(memory))
-    files = math.ceil(min_samples / samples_per_file)
+    files = math.ceil(math.ceil(min_samples / samples_per_file) / accelerators) * accelerators
     subfolders = 0 if files <= max_files_per_subfolder else math.ceil(files / max_files_per_subfolder)
     return Datasize(
         min_samples_steps=steps,
@@ -108,34 +110,42 @@ class TrainingBenchmark(Benchmark):
         req = self.request
         overrides, verification = self.overrides()
         parameters = workloads.apply_overrides(workloads.training(req.model, req.arg("accelerator_type")), overrides)
-        hosts = int(req.arg("num_client_hosts") or len(req.arg("hosts", [])) or 1)
-        declared = float(req.arg("client_host_memory_in_gb"))
-        cluster = self._measure_hosts()
-        memory_gb = self._sizing_memory(declared, cluster)
-        accelerators = int(req.arg("max_accelerators"))
-        size = sizing(parameters, accelerators, hosts, memory_gb)
-        parameters["dataset"].update(num_files_train=size.num_files_train, num_subfolders_train=size.num_subfolders_train,
-                                     total_disk_bytes=size.total_disk_bytes)
         data_dir = req.arg("data_dir")
-        plan = Plan(parameters=parameters, num_processes=accelerators, accelerator=req.arg("accelerator_type"),
-                    override_parameters=overrides, verification=verification,
+        plan = Plan(parameters=parameters, num_processes=int(req.arg("max_accelerators")),
+                    accelerator=req.arg("accelerator_type"), override_parameters=overrides, verification=verification,
                     data_dir=Path(data_dir) if data_dir else None)
-        plan.report = self._datasize_report(size, parameters, hosts, memory_gb, accelerators)
-        plan.cluster = cluster
+        if req.mode == "whatif":  # plan only: size for this host, measured here
+            plan.client_hosts = hostinfo.survey(MpiOptions(), 1, Path("."))
+            self._size(plan)
         return plan
 
-    def _measure_hosts(self) -> dict[str, Any]:
-        """Each client's memory and cores, measured through MPI on --hosts (whatif and a
-        machine without MPI fall back to this host alone)."""
-        local = [{"hostname": "localhost", "memory_total_bytes": meminfo_bytes(), "cpu_count": os.cpu_count()}]
-        if self.request.mode == "whatif" or self.results_dir is None:
-            return {"hosts": local, "collection_method": "local"}
-        try:
-            return {"hosts": hostinfo.gather(MpiOptions.from_args(self.request.args), self.results_dir),
-                    "collection_method": "mpi"}
-        except NotFoundError as exc:
-            log.warning(f"{exc}; measuring this host only")
-            return {"hosts": local, "collection_method": "local"}
+    def _size(self, plan: Plan) -> None:
+        """Rules 3.1.2 for the measured client hosts: the datasize figures and their report."""
+        req = self.request
+        hosts = int(req.arg("num_client_hosts") or len(plan.client_hosts or []) or 1)
+        plan.cluster = self._cluster(plan)
+        memory_gb = self._sizing_memory(float(req.arg("client_host_memory_in_gb")), plan.cluster)
+        size = sizing(plan.parameters, plan.num_processes, hosts, memory_gb)
+        plan.parameters["dataset"].update(num_files_train=size.num_files_train,
+                                          num_subfolders_train=size.num_subfolders_train,
+                                          total_disk_bytes=size.total_disk_bytes)
+        plan.report = self._datasize_report(size, plan.parameters, hosts, memory_gb, plan.num_processes)
+
+    @staticmethod
+    def _cluster(plan: Plan) -> dict[str, Any]:
+        hosts = plan.client_hosts or []
+        method = "mpi" if any(h.get("collection_method") == "mpi" for h in hosts) else "local"
+        return {"hosts": hosts, "collection_method": method}
+
+    def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
+        """datasize measures the hosts the run will use, with its accelerator count."""
+        return MpiOptions.from_args(self.request.args), plan.num_processes
+
+    def gate_hosts(self, plan: Plan) -> None:
+        if self.request.command == "datasize":
+            self._size(plan)
+        elif self.request.command == "run" and self.dataset.storage == "file":
+            self._gate_memory(plan)
 
     @staticmethod
     def _sizing_memory(declared: float, cluster: dict[str, Any]) -> float:
@@ -160,7 +170,8 @@ class TrainingBenchmark(Benchmark):
             f"  memory constraint: {hosts} hosts x {memory_gb:g} GiB x {mult} / {ds['record_length_bytes']:,} B per sample "
             f"= {size.min_samples_memory:,.1f} samples",
             f"  the {size.bound} constraint binds: {size.min_samples:,} samples",
-            f"  num_files_train      = {size.num_files_train:,} ({ds['num_samples_per_file']} sample(s) per file)",
+            f"  num_files_train      = {size.num_files_train:,} ({ds['num_samples_per_file']} sample(s) per file, "
+            f"rounded up to a multiple of the {accelerators} accelerators)",
             f"  num_subfolders_train = {size.num_subfolders_train}",
             f"  total_disk_bytes     = {size.total_disk_bytes:,} ({size.total_disk_bytes / GIB:,.2f} GiB)",
         ]
@@ -188,8 +199,9 @@ class TrainingBenchmark(Benchmark):
                     engine_parameters={"engine": f"dlio_benchmark {table['version']}", "workload": engine,
                                        "not_passed": dropped},
                     storage_library=s3.library() if data.storage == "object" else None)
-        program = [sys.executable, "-m", datasets.OBJECT_ENTRY] if data.storage == "object" else None
-        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name, program)]
+        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name,
+                                      s3dlio=data.storage == "object",
+                                      epoch_cache=req.command == "run" and data.storage == "file")]
         plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {data}",
                        "resolved DLIO workload:", *("  " + line for line in yaml.safe_dump(engine, sort_keys=False).splitlines())]
         return plan
@@ -255,7 +267,34 @@ class TrainingBenchmark(Benchmark):
         if int(ds["record_length_bytes"]) != int(manifest["record_length_bytes"]):
             raise GateRefused(f"the dataset was generated with records of {manifest['record_length_bytes']} B, "
                               f"the workload reads {ds['record_length_bytes']} B")
-        plan.cluster = self._measure_hosts()
+        self._gate_divisible(plan, int(manifest["num_files_train"]))
+        plan.engine_parameters["workload"]["dataset"].update(num_files_train=ds["num_files_train"],
+                                                             num_subfolders_train=ds["num_subfolders_train"])
+
+    def _gate_divisible(self, plan: Plan, generated: int) -> None:
+        """DLIO 2.0.0 gives each rank ceil(files / ranks) files; when that does not divide, the last
+        rank indexes past the file list and the job hangs. CLOSED refuses; OPEN rounds the count up
+        to a multiple of the ranks if the dataset has the files, else down, and says so."""
+        ds, ranks = plan.parameters["dataset"], plan.num_processes
+        files = int(ds["num_files_train"])
+        if files % ranks == 0:
+            return
+        message = f"num_files_train {files} does not divide by the {ranks} ranks"
+        if self.request.mode == "closed":
+            raise GateRefused(message + "; generate a dataset whose file count is a multiple of the accelerators "
+                              "(datasize rounds up), or change -na")
+        up, down = math.ceil(files / ranks) * ranks, files // ranks * ranks
+        use = up if up <= generated else down
+        if use == 0:
+            raise GateRefused(message + f" and the dataset has only {generated} files")
+        log.warning(f"{message}; using {use} files (a multiple of the ranks)")
+        ds["num_files_train"] = use
+        plan.override_parameters.setdefault("dataset.num_files_train", str(use))
+
+    def _gate_memory(self, plan: Plan) -> None:
+        """Rules 3.1.2 against the measured client hosts."""
+        ds, manifest = plan.parameters["dataset"], self.manifest
+        plan.cluster = self._cluster(plan)
         hosts = plan.cluster["hosts"]
         memory_gb = self._sizing_memory(float(self.request.arg("client_host_memory_in_gb")), plan.cluster)
         size = sizing(plan.parameters, plan.num_processes, len(hosts), memory_gb)
@@ -267,10 +306,8 @@ class TrainingBenchmark(Benchmark):
             log.warning(message + "; the result cannot be CLOSED")
         dataset_bytes = int(manifest["num_files_train"]) * int(manifest["num_samples_per_file"]) * int(manifest["record_length_bytes"])
         client_bytes = sum(h["memory_total_bytes"] or 0 for h in hosts)
-        plan.page_cache = {"dataset_bytes": dataset_bytes, "client_memory_bytes": client_bytes,
-                           "dataset_fits_in_client_memory": dataset_bytes <= client_bytes}
-        plan.engine_parameters["workload"]["dataset"].update(num_files_train=ds["num_files_train"],
-                                                             num_subfolders_train=ds["num_subfolders_train"])
+        plan.page_cache.update(dataset_bytes=dataset_bytes, client_memory_bytes=client_bytes,
+                               dataset_fits_in_client_memory=dataset_bytes <= client_bytes)
 
     # -- execute and collect ------------------------------------------------------------
     def execute(self, plan: Plan, leaf: Path) -> None:
@@ -283,6 +320,8 @@ class TrainingBenchmark(Benchmark):
         if data.storage == "object":
             data.check()
             self._gate_dataset(plan)
+            if self.request.command == "run":
+                self._gate_memory(plan)
         if self.request.command == "datagen":
             if not data.is_empty() and self.request.arg("overwrite"):
                 log.warning(f"--overwrite: removing the existing dataset at {data}")
@@ -292,17 +331,45 @@ class TrainingBenchmark(Benchmark):
             if data.storage == "object":
                 plan.page_cache["before_run"] = "not applicable (object storage: reads do not pass through the page cache)"
             else:
-                plan.page_cache["before_run"] = "dropped" if drop_page_cache() else "not permitted (not root)"
+                self._drop_caches(plan)
             write_json(leaf / LEAF_MANIFEST, self.manifest)
         with self.scratch() as scratch:
             name = f"{self.request.model}_{'datagen' if self.request.command == 'datagen' else 'run'}"
             dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             label = f"training_{self.request.command}"
+            plan.deadline_s = self._deadline(plan)
+            log.info(f"DLIO deadline: {plan.deadline_s:.0f} s")
             code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
                               stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
-                              echo=bool(self.request.arg("verbose")))
+                              echo=bool(self.request.arg("verbose")), deadline_s=plan.deadline_s)
             require_success(code, "DLIO", leaf / f"{label}.stderr.log")
+
+    def _drop_caches(self, plan: Plan) -> None:
+        """Drop the page cache on every client host the run uses (not only this one) and record
+        each host's outcome; 'dropped' only when every host dropped."""
+        assert self.results_dir is not None
+        records = hostinfo.survey(MpiOptions.from_args(self.request.args), plan.num_processes, self.results_dir,
+                                  drop_cache=True, label="page-cache drop")
+        plan.page_cache["before_run"] = hostinfo.cache_summary(records)
+        plan.page_cache["before_run_hosts"] = [{"host": r["host"], "hostname": r["hostname"], "page_cache": r["page_cache"]}
+                                               for r in records]
+        if plan.page_cache["before_run"] != "dropped":
+            log.warning(f"page cache {plan.page_cache['before_run']}: the first epoch may read from memory")
+
+    def _deadline(self, plan: Plan) -> float:
+        """From the work: every epoch reads the dataset once (datagen writes it once), plus the
+        emulated compute time of every step."""
+        ds, train = plan.parameters["dataset"], plan.parameters.get("train", {})
+        data_bytes = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
+        hosts = len(host_slots(MpiOptions.from_args(self.request.args).hosts, plan.num_processes))
+        if self.request.command == "datagen":
+            return job_deadline(self.request.args, hosts, io_bytes=data_bytes)
+        epochs = int(train.get("epochs", 1))
+        steps = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) / max(
+            1, int(plan.parameters["reader"]["batch_size"]) * plan.num_processes)
+        busy = epochs * steps * float(train.get("computation_time", 0) or 0)
+        return job_deadline(self.request.args, hosts, io_bytes=epochs * data_bytes, busy_s=busy)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         command = self.request.command
@@ -322,11 +389,33 @@ class TrainingBenchmark(Benchmark):
         print(f"{self.request.model} run: AU {metric['train_au_mean_percentage']:.2f}% "
               f"({metric['train_au_meet_expectation']}), {metric['train_throughput_mean_samples_per_second']:.1f} samples/s, "
               f"{metric['train_io_mean_MB_per_second']:.1f} MiB/s")
+        self._epoch_caches(plan, leaf)
         extra.update(datagen_manifest_file=LEAF_MANIFEST, page_cache=plan.page_cache,
                      cluster_information=plan.cluster)
         if self.request.mode == "closed":
             self._report_result_progress(leaf)
         return extra
+
+    def _epoch_caches(self, plan: Plan, leaf: Path) -> None:
+        """Per epoch boundary, each host's drop as dlio_rank recorded it, by the host MPI placed
+        the reporting rank on; a boundary with a host missing or not dropped says so."""
+        if self.dataset.storage != "file":
+            return
+        by_rank = {rank: h["host"] for h in plan.client_hosts or [] for rank in h["ranks"]}
+        boundaries = []
+        epochs = int(plan.parameters.get("train", {}).get("epochs", 1))
+        recorded = {b["before_epoch"]: b for b in dlio.epoch_cache_record(leaf)}
+        for epoch in range(2, epochs + 1):
+            entry = recorded.get(epoch)
+            hosts = [{"host": by_rank.get(h["rank"], h["hostname"]), "hostname": h["hostname"], "page_cache": h["page_cache"]}
+                     for h in (entry or {}).get("hosts", [])]
+            missing = sorted(set(by_rank.values()) - {h["host"] for h in hosts})
+            hosts += [{"host": m, "hostname": None, "page_cache": "not dropped: no report from this host"} for m in missing]
+            boundaries.append({"before_epoch": epoch, "summary": hostinfo.cache_summary(hosts), "hosts": hosts})
+        plan.page_cache["between_epochs"] = boundaries
+        bad = [b for b in boundaries if b["summary"] != "dropped"]
+        if bad:
+            log.warning(f"page cache between epochs: {bad[0]['summary']} (before epoch {bad[0]['before_epoch']})")
 
     def _report_result_progress(self, leaf: Path) -> None:
         """A CLOSED result is runs_per_result runs (Rules 2.1.17: 1 warm-up + 5); say where we are."""

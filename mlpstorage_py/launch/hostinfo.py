@@ -1,60 +1,125 @@
-"""Per-host facts gathered through the MPI launch itself (one rank per host), so sizing and
-metadata describe the clients that run the benchmark, not only the host that launched it.
+"""One record per client host, gathered once per invocation through the same MPI launch layout
+the benchmark uses (one rank on every host it places ranks on), and the page-cache drop that
+must happen on every one of those hosts, not only on the host that launched the job.
 
-Run as: <mpirun> -n H --host h1:1,... python -m mlpstorage_py.launch.hostinfo OUT.json
+Hosts are identified by the `--host` entry MPI placed ranks on (`host`) together with the
+hostname the rank reported (`hostname`), so two clients with the same name, or an alias, are
+not merged. Local-only layouts (127.0.0.1, this hostname) are measured in-process.
+
+Run as: <mpirun> -n H --host h1:1,... python -m mlpstorage_py.launch.hostinfo OUT.json [--drop-cache]
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
-from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.launch.deadline import host_facts_deadline
+from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command
+from mlpstorage_py.launch.preflight import is_local
 from mlpstorage_py.results.host import meminfo_bytes
 
-TIMEOUT_S = 300
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "cpu model", "hardware")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
-def local_facts() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "memory_total_bytes": meminfo_bytes(),
-            "cpu_count": os.cpu_count()}
+def _os_name() -> str:
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.system()
 
 
-def gather(opts: MpiOptions, results_dir: Path) -> list[dict[str, Any]]:
-    """Launch one rank on every host and return each host's facts (hostname-deduplicated)."""
-    hosts = [h.split(":")[0] for h in opts.hosts]
-    one_each = MpiOptions(hosts=hosts, mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
+def drop_here() -> str:
+    """Drop this host's page cache; 'dropped' only when the kernel took the request."""
+    from mlpstorage_py.storage import drop_page_cache
+
+    if os.geteuid() != 0:
+        return "not dropped: not root"
+    return "dropped" if drop_page_cache() else "not dropped: /proc/sys/vm/drop_caches not writable"
+
+
+def local_facts(drop_cache: bool = False) -> dict[str, Any]:
+    facts = {"hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+             "memory_total_bytes": meminfo_bytes(), "os": _os_name(), "kernel": platform.release(),
+             "machine": platform.machine()}
+    if drop_cache:
+        facts["page_cache"] = drop_here()
+    return facts
+
+
+def _records(layout: list[tuple[str, int]], facts: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
+    """Join what each host reported with the ranks the layout places there (by slot order)."""
+    records, first = [], 0
+    for (host, slots), fact in zip(layout, facts):
+        records.append({"host": host, **fact, "ranks": list(range(first, first + slots)), "collection_method": method})
+        first += slots
+    return records
+
+
+def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: bool = False,
+           deadline_s: float | None = None, label: str = "host facts") -> list[dict[str, Any]]:
+    """A record per host of the layout `processes` ranks get on opts.hosts; with drop_cache,
+    each host also drops its page cache and says whether it did."""
+    layout = host_slots(opts.hosts, processes)
+    if all(is_local(h) for h, _ in layout):
+        fact = local_facts(drop_cache)
+        return _records(layout, [fact] * len(layout), "local")
+    from mlpstorage_py.launch.process import run_logged
+
+    one_each = MpiOptions(hosts=[f"{h}:1" for h, _ in layout], mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
                           allow_run_as_root=opts.allow_run_as_root, extra=opts.extra)
     root = results_dir / ".mlps" / "scratch"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hostinfo-", dir=root) as tmp:
         out = Path(tmp) / "hosts.json"
-        argv = mpi_command(one_each, len(hosts), [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)])
-        try:
-            done = subprocess.run(argv, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            raise TimeoutExpired(f"collecting host information over MPI took more than {TIMEOUT_S} s on {', '.join(hosts)}") from None
-        if done.returncode != 0 or not out.is_file():
-            raise BenchmarkFailed(f"collecting host information over MPI failed (exit {done.returncode}): "
-                                  f"{(done.stderr.strip().splitlines() or ['no output'])[-1][:300]}")
-        return json.loads(out.read_text(encoding="utf-8"))
+        program = [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + (["--drop-cache"] if drop_cache else [])
+        argv = mpi_command(one_each, len(layout), program)
+        deadline = deadline_s or host_facts_deadline({}, len(layout))
+        code = run_logged(argv, stdout_path=Path(tmp) / "out.log", stderr_path=Path(tmp) / "err.log", cwd=Path(tmp),
+                          label=label, deadline_s=deadline)
+        if code != 0 or not out.is_file():
+            from mlpstorage_py.launch.process import error_line
+
+            raise BenchmarkFailed(f"{label} over MPI on {', '.join(h for h, _ in layout)} failed (exit {code}): "
+                                  f"{error_line(Path(tmp) / 'err.log') or 'no output'}")
+        facts = json.loads(out.read_text(encoding="utf-8"))
+    if len(facts) != len(layout):
+        raise BenchmarkFailed(f"{label}: {len(facts)} of {len(layout)} hosts reported")
+    return _records(layout, facts, "mpi")
 
 
-def main(out: str) -> None:
+def cache_summary(records: list[dict[str, Any]]) -> str:
+    """'dropped' only when every host dropped; otherwise which hosts did not, and why."""
+    bad = [f"{r['host']}: {r['page_cache']}" for r in records if r.get("page_cache") != "dropped"]
+    return "dropped" if not bad else "not dropped on " + "; ".join(bad)
+
+
+def main(argv: list[str]) -> None:
     from mpi4py import MPI
 
-    facts = MPI.COMM_WORLD.gather(local_facts(), root=0)
+    facts = MPI.COMM_WORLD.gather(local_facts("--drop-cache" in argv), root=0)
     if MPI.COMM_WORLD.Get_rank() == 0:
-        unique = {f["hostname"]: f for f in facts}
-        Path(out).write_text(json.dumps(list(unique.values())), encoding="utf-8")
+        Path(argv[0]).write_text(json.dumps(facts), encoding="utf-8")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

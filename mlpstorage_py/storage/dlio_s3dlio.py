@@ -1,8 +1,8 @@
-"""s3dlio inside DLIO 2.0.0: `python -m mlpstorage_py.storage.dlio_s3dlio <dlio_benchmark arguments>`.
+"""s3dlio inside DLIO 2.0.0, installed by each rank (`benchmarks/dlio_rank.py --s3dlio`).
 
 DLIO 2.0.0's `storage_type: s3` is a stub (it hands s3:// paths to local file calls) and its
-generators write with numpy/PIL to a path, so this entry point installs three plug-ins and then
-runs DLIO's own main unchanged (same Hydra configuration, same outputs, same metrics):
+generators write with numpy/PIL to a path, so `install()` adds three plug-ins before DLIO's own
+main runs unchanged (same Hydra configuration, same outputs, same metrics):
 
 - S3dlioStorage answers DLIO's storage calls for `storage_type: s3` (bucket = storage_root) through
   s3dlio, so DLIO's own file-list logic lists the bucket. A rank must not start s3dlio's I/O runtime
@@ -190,14 +190,3 @@ def install() -> None:
     """Route DLIO's storage and generator factories through s3dlio for `storage_type: s3`."""
     StorageFactory.get_storage = staticmethod(_storage)
     GeneratorFactory.get_generator = staticmethod(_generator)
-
-
-def main() -> None:
-    install()
-    from dlio_benchmark.main import main as dlio_main
-
-    dlio_main()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,104 @@
+"""What every DLIO rank runs: `python -m mlpstorage_py.benchmarks.dlio_rank [OPTIONS] -- <DLIO arguments>`.
+
+DLIO's own main, unchanged in what it measures, with three things around it:
+- `--s3dlio`: the s3dlio plug-ins (storage/dlio_s3dlio.py) for object storage;
+- `--epoch-cache FILE`: between epochs, one rank per host drops that host's page cache and rank 0
+  appends what every host did to FILE (JSON lines), so epoch 2 reads storage, not the memory
+  epoch 1 filled. It runs after an epoch's statistics are closed and before the next opens,
+  outside DLIO's timed spans; DLIO 2.0.0 has no hook of its own for this;
+- any rank's uncaught exception (Hydra turns one into exit 1) aborts the whole MPI job at once,
+  after printing the traceback: a rank that fails must not leave the others waiting forever in
+  a collective (DLIO 2.0.0's IndexError with a file count that does not divide by the ranks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import traceback
+from typing import Any
+
+_NODE_COMM: Any = None
+
+
+def _node_comm() -> Any:
+    global _NODE_COMM
+    if _NODE_COMM is None:
+        from mpi4py import MPI
+
+        _NODE_COMM = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    return _NODE_COMM
+
+
+def drop_between_epochs(record: str, next_epoch: int) -> None:
+    """One rank per host drops its page cache; rank 0 records every host's outcome."""
+    from mpi4py import MPI
+
+    from mlpstorage_py.launch.hostinfo import drop_here
+
+    world = MPI.COMM_WORLD
+    mine = None
+    if _node_comm().Get_rank() == 0:
+        mine = {"rank": world.Get_rank(), "hostname": socket.gethostname(), "page_cache": drop_here()}
+    outcomes = world.gather(mine, root=0)
+    if world.Get_rank() == 0:
+        with open(record, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"before_epoch": next_epoch, "hosts": [o for o in outcomes if o]}) + "\n")
+    world.Barrier()
+
+
+def install_epoch_drop(record: str) -> None:
+    """DLIO calls ConfigArguments.reconfigure(epoch + 1) once an epoch has ended (and once with
+    1 before the first): the seam between epochs."""
+    from dlio_benchmark.utils.config import ConfigArguments
+
+    original = ConfigArguments.reconfigure
+
+    def reconfigure(self: Any, epoch_number: int) -> Any:
+        if 1 < epoch_number <= int(self.epochs):
+            drop_between_epochs(record, epoch_number)
+        return original(self, epoch_number)
+
+    ConfigArguments.reconfigure = reconfigure
+
+
+def _abort(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(code)
+
+
+def main(argv: list[str]) -> None:
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(prog="dlio_rank")
+    parser.add_argument("--s3dlio", action="store_true")
+    parser.add_argument("--epoch-cache")
+    opts = parser.parse_args(argv[:split])
+    sys.argv = ["dlio_benchmark", *argv[split + 1:]]
+    if opts.s3dlio:
+        from mlpstorage_py.storage import dlio_s3dlio
+
+        dlio_s3dlio.install()
+    if opts.epoch_cache:
+        install_epoch_drop(opts.epoch_cache)
+    from dlio_benchmark.main import main as dlio_main
+
+    try:
+        dlio_main()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            print(f"dlio_rank: DLIO exited with {exc.code} on {socket.gethostname()}; aborting the MPI job",
+                  file=sys.stderr)
+            _abort(int(exc.code) if isinstance(exc.code, int) else 1)
+        raise
+    except BaseException:
+        traceback.print_exc()
+        _abort(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
