@@ -9,19 +9,18 @@ request, and a run only reports figures when every row is searched through the n
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.benchmarks import vectordb_run, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.results.io import read_json, write_json
 from mlpstorage_py.results.logs import log
-from mlpstorage_py.rules.tables import checker, workloads as rules_workloads
+from mlpstorage_py.rules.tables import workloads as rules_workloads
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
 
 METRICS = ("COSINE", "L2", "IP")
@@ -105,8 +104,20 @@ class VectorDBBenchmark(Benchmark):
         plan = Plan(parameters=parameters, num_processes=int(processes), override_parameters=overrides,
                     verification=verification, data_dir=data_dir)
         plan.engine_parameters = {"engine": self.engine, "backend": self._backend_kind(parameters)}
+        if req.command == "run":
+            vectordb_run.check_clients(req.args, parameters["database"])
+            layout = self.launch_layout(plan)
+            if layout is not None:
+                plan.commands = [vectordb_run.rank_command(*layout)]
         plan.report = self._report(parameters)
         return plan
+
+    def launch_layout(self, plan: Plan):
+        """(MpiOptions, ranks) of the query clients when they run as MPI ranks (--hosts), else
+        None: local worker processes, no MPI."""
+        if self.request.command != "run":
+            return None
+        return vectordb_run.layout(self.request.args, int(plan.parameters["run"]["num_query_processes"]))
 
     def _backend_kind(self, p: dict[str, Any]) -> str:
         return "milvus-server" if p["database"].get("host") else "milvus-lite"
@@ -142,7 +153,8 @@ class VectorDBBenchmark(Benchmark):
             p["workflow"] = {"compact": bool(a("compact", False)), "force": bool(a("force", False))}
         if req.command == "run":
             p["run"] = {"mode": a("run_mode"), "runtime": a("runtime"), "queries": a("queries"),
-                        "num_query_processes": a("num_query_processes", 1), "batch_size": a("batch_size", 1),
+                        "num_query_processes": a("num_query_processes", vectordb_run.default_ranks(a("hosts"))),
+                        "batch_size": a("batch_size", 1),
                         "report_count": a("report_count", 100)}
             limit = a("search_limit", 10)
             p["search"] = {"search_limit": limit, "recall_k": limit, "search_ef": a("search_ef"),
@@ -323,7 +335,9 @@ class VectorDBBenchmark(Benchmark):
         elif self.request.command == "datagen":
             self._execute_datagen(plan, leaf)
         else:
-            self._execute_run(plan, leaf)
+            from mlpstorage_py.benchmarks.vectordb_run import QueryRun
+
+            QueryRun(self, plan, leaf).execute()
 
     def _backend(self, plan: Plan):
         from mlpstorage_py.vectordb.backend import Milvus, Timeouts
@@ -496,164 +510,6 @@ class VectorDBBenchmark(Benchmark):
                                   f"(differs in {sorted(wrong)})")
         return {"index_type": built_type, "metric_type": built_metric, "params": params, "describe_index": _jsonable(info)}
 
-    # -- run ----------------------------------------------------------------------------
-    def _execute_run(self, plan: Plan, leaf: Path) -> None:
-        import numpy as np
-
-        from mlpstorage_py.vectordb import generate, groundtruth
-        from mlpstorage_py.vectordb.backend import reported_params
-        from mlpstorage_py.vectordb.query import latency_stats, recall_stats, run_workers, write_hits
-        from mlpstorage_py.vectordb.system import DiskIO
-
-        p = plan.parameters
-        ds, index, run, search = p["dataset"], p["index"], p["run"], p["search"]
-        index_type, k = index["index_type"], search["search_limit"]
-        fs = self._filesystems(plan)
-        db = self._backend(plan)
-        timeouts, poll = db.timeouts, float(self.config.get("poll_interval_s", 2))
-        started = time.time()
-        try:
-            db.open()
-            self.engine = db.engine_label()
-            plan.engine_parameters.update(engine=self.engine, database=db.record())
-            if not db.exists():
-                raise ConfigurationError(f"no collection {db.collection} on {db.describe()}; run datagen first "
-                                         "(same --num-vectors/--dimension/--collection)")
-            dim = db.dimension()
-            if dim != ds["dimension"]:
-                raise GateRefused(f"collection {db.collection} holds {dim}-dimensional vectors; the run asks for "
-                                  f"{ds['dimension']} (Rules 5.1.2)")
-            info = db.describe_index()
-            if not info:
-                raise GateRefused(f"collection {db.collection} has no index; datagen builds it")
-            if str(info.get("index_type")) != index_type:
-                raise GateRefused(f"collection {db.collection} is indexed with {info.get('index_type')}, the run asks "
-                                  f"for {index_type} (Rules 5.2.2)")
-            metric = str(info.get("metric_type"))
-            index["metric_type"] = metric
-            built = reported_params(info)
-            for key, milvus in families.family(index_type).build.items():
-                if milvus in built:
-                    index[key] = built[milvus]
-            db.load()
-            before = db.wait_served(index_type, stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
-            if not before["served_by_named_index"]:
-                raise BenchmarkFailed(f"{before['rows_brute_force']:,} of {before['rows_total']:,} rows would be searched by "
-                                      f"brute force, not by {index_type}: the run cannot be served by the named index "
-                                      "and reports no figures")
-            rows = db.count()
-            if rows != ds["num_vectors"]:
-                raise GateRefused(f"collection {db.collection} holds {rows:,} vectors; the run asks for "
-                                  f"{ds['num_vectors']:,} (Rules 5.2.1)")
-            datagen_leaf = self._datagen_leaf(ds, index_type)
-            queries = generate.queries(ds["seed"], ds["distribution"], ds["dimension"], search["num_query_vectors"])
-            query_digest = hashlib.sha256(queries.tobytes()).hexdigest()
-            log.info(f"ground truth: exact top-{k} of {len(queries):,} queries over {rows:,} vectors ({metric})")
-            batch_rows = max(1, min(16384, int(self.config.get("read_back_batch_bytes", 2**25)) // (4 * ds["dimension"])))
-            source, chunks = db.read_back(ds["num_vectors"], batch_rows)
-            truth, gt = groundtruth.compute(chunks, queries, k=k, metric=metric, rows_in_collection=rows,
-                                            source=source, progress=self._progress)
-            gt["query_set_sha256"] = query_digest
-            if gt["vectors_covered"] != rows or gt["duplicate_ids"]:
-                raise BenchmarkFailed(f"the ground truth covers {gt['vectors_covered']:,} of {rows:,} vectors "
-                                      f"(coverage {gt['coverage']:.6f}, {gt['duplicate_ids']} duplicate ids; "
-                                      "Rules 5.3.5 needs every vector exactly once)")
-            log.info(f"ground truth ready in {gt['seconds']:.1f} s (coverage {gt['coverage']:.3f})")
-            with self.scratch() as scratch:
-                qpath = scratch / "queries.npy"
-                np.save(qpath, queries)
-                specs = [{
-                    "worker": w, "workers": run["num_query_processes"], "uri": db.uri, "collection": db.collection,
-                    "queries_path": str(qpath), "timeout": timeouts.search, "batch_size": run["batch_size"],
-                    "limit": k, "metric_type": metric, "search_params": search["search_params"],
-                    "anns_field": VECTOR_FIELD, "runtime": run["runtime"], "total_queries": run["queries"],
-                    "report_count": run["report_count"], "output_csv": str(leaf / f"vectordb_worker_{w}.csv"),
-                    "latency_path": str(scratch / f"latency_{w}.npy"),
-                } for w in range(run["num_query_processes"])]
-                amount = f"{run['runtime']} s" if run["mode"] == "timed" else f"{run['queries']:,} queries"
-                log.info(f"queries: {run['num_query_processes']} process(es), {amount}, batches of {run['batch_size']}, "
-                         f"top-{k}, {search['search_params']}")
-                disk = DiskIO()
-                result = run_workers(specs, start_timeout=timeouts.worker_start,
-                                     stall_timeout=timeouts.search + 60, progress=self._progress)
-                disk_io = disk.result()
-                batches = np.concatenate([np.load(s["latency_path"]) for s in specs]) if specs else np.empty((0, 2))
-            after = db.serving(index_type)
-            if not after["served_by_named_index"]:
-                raise BenchmarkFailed(f"during the run {after['rows_brute_force']:,} rows came to be served by brute force; "
-                                      "the figures would not be the index's")
-        finally:
-            db.close()
-        workers = result["workers"]
-        hits: dict[int, list[int]] = {}
-        for worker in workers:
-            for q, ids in worker["hits"].items():
-                hits.setdefault(int(q), ids)
-        total_queries = sum(w["queries"] for w in workers)
-        total_time = max(w["end"] for w in workers) - min(w["start"] for w in workers)
-        _, recalls = groundtruth.recall(hits, truth, k)
-        rstats = recall_stats(recalls, k)
-        write_hits(leaf / "recall_hits.jsonl", hits)
-        summary = {
-            "benchmark_phase": "run",
-            "start": _iso(started), "end": _iso(time.time()),
-            "num_vectors": ds["num_vectors"], "inserted_vectors": rows, "dimension": ds["dimension"],
-            "index_type": index_type, "metric_type": metric, "index_params": reported_params(info),
-            "collection_name": db.collection,
-            "database": db.record(), "engine": self.engine,
-            "mode": run["mode"], "runtime_requested_seconds": run["runtime"], "queries_requested": run["queries"],
-            "num_query_processes": run["num_query_processes"], "batch_size": run["batch_size"],
-            "search_limit": k, "search_params": search["search_params"],
-            "throughput_qps": total_queries / total_time if total_time > 0 else 0.0,
-            "total_queries": total_queries, "query_count": total_queries,
-            "total_time_seconds": total_time,
-            "batch_count": int(len(batches)), "successful_batches": int(len(batches)), "failed_batches": 0,
-            **latency_stats(batches),
-            "recall": rstats.get("mean_recall"),
-            "recall_stats": rstats,
-            "ground_truth": gt,
-            "served_by": {"before": before, "after": after,
-                          "verdict": f"every row was searched through the {index_type} index"},
-            "workers": [{k_: v for k_, v in w.items() if k_ != "hits"} for w in workers],
-            "disk_io": disk_io,
-            "datagen_leaf": datagen_leaf,
-            "filesystems": fs,
-        }
-        write_json(leaf / "summary.json", summary)
-        write_json(leaf / "recall_stats.json", rstats)
-        write_json(leaf / "result_verdict.json", {
-            "flat_setup": {"ok": True, "coverage": gt["coverage"], "reason": gt["method"]},
-            "valid": True, "result": "recall measured against complete exact ground truth"})
-        write_json(leaf / "config.json", {"parameters": p, "database": db.record(), "engine": self.engine})
-        ef = search["search_params"]
-        print(f"{index_type} run: {summary['throughput_qps']:,.1f} queries/s over {total_queries:,} queries in "
-              f"{total_time:.1f} s, p99 {summary.get('p99_latency_ms', float('nan')):.2f} ms, "
-              f"recall@{k} {summary['recall']:.4f} ({ef or 'exact'}, {rstats['num_queries_evaluated']} queries evaluated)")
-        if self.request.mode == "closed":
-            needed = checker()["runs_per_result"]["vector_database"]
-            done = 1 + sum(1 for meta in leaf.parent.glob("*/vector_database_*_metadata.json")
-                           if meta.parent != leaf and read_json(meta).get("exit_status") == 0)
-            print(f"CLOSED result: {done} of {needed} successful runs in {leaf.parent} (Rules 5.3.1)")
-
-    def _datagen_leaf(self, ds: dict[str, Any], index_type: str) -> str | None:
-        """The newest successful datagen leaf of this collection in the results tree (Rules 5.1.2)."""
-        if self.workload_dir is None:
-            return None
-        for summary in sorted((self.workload_dir.parent / "datagen").glob("*/summary.json"), reverse=True):
-            try:
-                data = read_json(summary)
-            except (OSError, ValueError):
-                continue
-            if data.get("collection_name") != ds["collection_name"]:
-                continue
-            if data.get("dimension") != ds["dimension"] or data.get("index_type") != index_type:
-                raise GateRefused(f"datagen leaf {summary.parent} recorded {data.get('dimension')} dims / "
-                                  f"{data.get('index_type')}; the run asks for {ds['dimension']} / {index_type} (Rules 5.1.2)")
-            return str(summary.parent.relative_to(self.results_dir)) if self.results_dir else str(summary.parent)
-        log.warning(f"no datagen leaf for collection {ds['collection_name']} in this results tree; the checker "
-                    "compares a run with its datagen leaf (Rules 5.1.2, 5.2.1)")
-        return None
-
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         summary = leaf / "summary.json"
         if not summary.is_file():
@@ -674,9 +530,7 @@ def _lite_refusal(index_type: str) -> str:
 
 
 def _iso(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return vectordb_run.iso(epoch)
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlpstorage_py.cli.common import (HOST_PATTERN, add_open_only, add_params, add_storage, add_universal, command_parser,
-                                      positive_int)
+from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_universal,
+                                      command_parser, positive_int)
 from mlpstorage_py.rules.tables import workloads
 
 METRICS = ["COSINE", "L2", "IP"]
@@ -116,7 +116,9 @@ def register(benches: Any, mode: str) -> None:
         exclusive = group.add_mutually_exclusive_group()
         exclusive.add_argument("--runtime", type=positive_int, help="seconds of timed queries (default 60)")
         exclusive.add_argument("--queries", type=positive_int, help="number of queries (default 1000 in query_count mode)")
-        group.add_argument("--num-query-processes", type=positive_int, default=1, help="query worker processes (default 1)")
+        group.add_argument("--num-query-processes", "-np", dest="num_query_processes", type=positive_int,
+                           help="query clients: local worker processes, or MPI ranks over --hosts (default 1; "
+                                "with --hosts the slots given there, else one per host)")
         group.add_argument("--batch-size", type=positive_int, default=1, help="query vectors per search request (default 1)")
         group.add_argument("--report-count", type=positive_int, default=100,
                            help="progress line every N queries per worker (default 100)")
@@ -128,4 +130,5 @@ def register(benches: Any, mode: str) -> None:
                       help="size of the fixed query set recall is measured on (default 1000)")
         add_storage(p)
         add_params(p, mode)
+        add_mpi(p)  # --hosts spreads the query clients over client hosts as MPI ranks (needs --host/--port)
         add_universal(p)

@@ -1,0 +1,120 @@
+"""One query client as an MPI rank, for `vectordb run --hosts`: it may run on another host, so
+it takes everything from a spec file in the (shared) leaf and rebuilds the query set from the
+seed rather than reading the parent's memory.
+
+Run as: <mpirun> -n P --host h1:s1,... python -m mlpstorage_py.vectordb.rank LEAF/query_clients.json
+
+Rank r of P issues global batches r, r+P, r+2P, ... (the same partition the local workers use,
+query.batches_for), so every rank has a distinct, deterministic slice of the query stream. All
+ranks connect and run one untimed warm-up batch, then meet at a barrier; each times its loop
+from the barrier on its own monotonic clock (no cross-host clock comparison). Each writes
+vectordb_rank_<r>.json into the leaf with its hostname, its raw per-batch latencies and the
+first result list of each query index it issued; the parent aggregates (clients.aggregate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RANK_FILE = "vectordb_rank_{rank}.json"
+
+
+def rank_path(leaf: Path, rank: int) -> Path:
+    return Path(leaf) / RANK_FILE.format(rank=rank)
+
+
+def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor: str) -> dict[str, Any]:
+    """The body of one rank; returns its record (the caller writes it). `barrier` releases all
+    ranks together once every one of them is connected and warmed up."""
+    from pymilvus import MilvusClient
+
+    from mlpstorage_py.vectordb import generate
+    from mlpstorage_py.vectordb.query import batches_for
+
+    if size != spec["world_size"]:
+        raise RuntimeError(f"MPI world has {size} ranks, the spec planned {spec['world_size']}")
+    queries = generate.queries(spec["seed"], spec["distribution"], spec["dimension"], spec["num_query_vectors"])
+    digest = hashlib.sha256(queries.tobytes()).hexdigest()
+    if digest != spec["query_set_sha256"]:
+        raise RuntimeError(f"rank {rank} rebuilt a different query set (sha256 {digest[:12]}, "
+                           f"parent {spec['query_set_sha256'][:12]}): a different numpy on this host?")
+    nq = len(queries)
+    connect_start = time.perf_counter()
+    client = MilvusClient(uri=spec["uri"], timeout=spec["timeout"])
+    search_params = {"metric_type": spec["metric_type"], "params": spec["search_params"]}
+    batch = spec["batch_size"]
+
+    def search(first: int, count: int) -> tuple[list, list[int]]:
+        rows = [(first + i) % nq for i in range(count)]
+        found = client.search(spec["collection"], data=queries[rows], limit=spec["limit"], search_params=search_params,
+                              anns_field=spec["anns_field"], timeout=spec["timeout"])
+        return found, rows
+
+    search(0, min(batch, nq))  # untimed warm-up: the connection and the first call
+    connect_s = time.perf_counter() - connect_start
+    barrier()
+    t0 = time.perf_counter()
+    started_wall = time.time()
+    deadline = t0 + spec["runtime"] if spec["runtime"] else None
+    latencies: list[list[float]] = []
+    hits: dict[str, list[int]] = {}
+    done, next_report = 0, spec["report_count"]
+    for g, count in batches_for(rank, size, batch, spec["total_queries"]):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        first = g * batch
+        began = time.perf_counter()
+        result, rows = search(first, count)
+        latencies.append([count, (time.perf_counter() - began) * 1000.0])
+        for q, found in zip(rows, result):
+            hits.setdefault(str(q), [int(h["id"]) for h in found])
+        done += count
+        if done >= next_report:
+            print(f"rank {rank}: {done:,} queries", flush=True)
+            next_report = (done // spec["report_count"] + 1) * spec["report_count"]
+    seconds = time.perf_counter() - t0
+    ended_wall = time.time()
+    client.close()
+    return {"rank": rank, "world_size": size, "hostname": socket.gethostname(), "mpi_processor_name": processor,
+            "pmix_hostname": os.environ.get("PMIX_HOSTNAME"), "pid": os.getpid(),
+            "connect_and_warmup_seconds": connect_s, "start": started_wall, "end": ended_wall, "seconds": seconds,
+            "batches": len(latencies), "queries": done, "qps": done / seconds if seconds > 0 else 0.0,
+            "latencies": latencies, "hits": hits}
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """A reader never sees half a file: a rank killed mid-write leaves no rank file at all."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+        record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name())
+        write_atomic(rank_path(Path(spec["leaf"]), rank), record)
+    except BaseException as exc:  # noqa: BLE001 - one line for the parent, then stop the whole job
+        # The one-line cause first: the parent quotes the first exception line it finds.
+        sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
+                         f"{' '.join(str(exc).split())[:400]}\n")
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        comm.Abort(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
