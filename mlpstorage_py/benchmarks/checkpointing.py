@@ -17,6 +17,8 @@ from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.launch import hostinfo
+from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
@@ -136,9 +138,14 @@ class CheckpointingBenchmark(Benchmark):
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
+            ckpt = plan.parameters["checkpoint"]
+            work = plan.engine_parameters["checkpoint_bytes"] * (ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"])
+            plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]), io_bytes=work)
+            log.info(f"checkpoint engine deadline: {plan.deadline_s:.0f} s")
             code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
                               stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
-                              label="checkpoint engine", echo=bool(self.request.arg("verbose")))
+                              label="checkpoint engine", echo=bool(self.request.arg("verbose")),
+                              deadline_s=plan.deadline_s)
             require_success(code, "checkpoint engine", leaf / "checkpointing_run.stderr.log")
         _write_config_record(leaf, plan, self.request.args)
 
@@ -161,7 +168,22 @@ class CheckpointingBenchmark(Benchmark):
         parts = [f"{phase} {metric[f'{phase}_checkpoint_io_mean_GB_per_second']:.3f} GiB/s"
                  for phase in ("save", "load") if f"{phase}_checkpoint_io_mean_GB_per_second" in metric]
         print(f"{self.request.model}: checkpoint {metric['checkpoint_size_GB']:.3f} GiB, " + ", ".join(parts))
-        return {"engine": ENGINE}
+        extra: dict[str, Any] = {"engine": ENGINE}
+        if ckpt["num_checkpoints_read"]:
+            extra["page_cache"] = _read_cache_record(summary, plan.client_hosts or [])
+        return extra
+
+
+def _read_cache_record(summary: dict[str, Any], client_hosts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Before the reads, per client host (as MPI placed the reporting rank): dropped, or why not."""
+    placed = {rank: h["host"] for h in client_hosts for rank in h["ranks"]}
+    hosts = [{"host": placed.get(r["rank"], r["hostname"]), "hostname": r["hostname"], "page_cache": r["page_cache"]}
+             for r in summary.get("page_cache_hosts") or []]
+    applied = (summary.get("checkpoint_engine") or {}).get("cache_policy_applied")
+    if applied and applied.startswith("not applicable"):
+        return {"before_read": applied, "hosts": hosts}
+    return {"before_read": hostinfo.cache_summary(hosts) if hosts else "not recorded", "policy_applied": applied,
+            "hosts": hosts}
 
 
 def _shape_paths(overrides: dict[str, str]) -> dict[str, str]:

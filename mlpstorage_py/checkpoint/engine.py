@@ -119,6 +119,8 @@ class Engine:
         self.started = utc_now()
         self.log_fh: Any = None
         self.cache_applied = "none"
+        # Per host (its first rank), what was done so reads come from storage.
+        self.cache_hosts: list[dict[str, Any]] = []
 
     # -- collective helpers -------------------------------------------------------------------
 
@@ -195,6 +197,12 @@ class Engine:
         self.log(f"layout: TP {lay.tensor} PP {lay.pipeline} DP {lay.data} ZeRO {lay.zero_stage}; "
                  f"{sum(len(lay.files(r)) for r in range(self.world))} files per checkpoint; model {lay.model_bytes} B, "
                  f"optimizer {lay.optimizer_bytes} B, total {lay.total_bytes} B = {lay.total_gib} GiB")
+
+    def _first_rank_per_host(self) -> list[tuple[int, tuple[str, float, int]]]:
+        seen: dict[str, tuple[int, tuple[str, float, int]]] = {}
+        for rank, host in enumerate(self.hosts):
+            seen.setdefault(host[0], (rank, host))
+        return list(seen.values())
 
     def unique_hosts(self) -> list[tuple[str, float, int]]:
         seen: dict[str, tuple[str, float, int]] = {}
@@ -287,12 +295,15 @@ class Engine:
             from mpi4py import MPI
 
             node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
-            dropped = drop_page_cache() if node.Get_rank() == 0 else None
+            mine = None
+            if node.Get_rank() == 0:
+                mine = {"rank": self.rank, "hostname": socket.gethostname(),
+                        "page_cache": "dropped" if drop_page_cache() else "not dropped: not permitted (needs root)"}
             node.Free()
-            results = [r for r in self.comm.allgather(dropped) if r is not None]
-            if all(results):
+            self.cache_hosts = [r for r in self.comm.allgather(mine) if r is not None]
+            if all(r["page_cache"] == "dropped" for r in self.cache_hosts):
                 self.cache_applied = "drop_caches"
-                self.say(f"page cache dropped on {len(results)} host(s) before reading")
+                self.say(f"page cache dropped on {len(self.cache_hosts)} host(s) before reading")
                 return
             if policy == "drop":
                 raise EngineError("--cache-policy drop: cannot drop the page cache (needs root and a writable "
@@ -304,6 +315,8 @@ class Engine:
                     self.store.evict(self.ckpt_path(number, f.name))
 
         self.agree(evict_mine)
+        self.cache_hosts = [{"rank": r, "hostname": h[0], "page_cache": "not dropped: each file evicted with "
+                             "posix_fadvise(DONTNEED)"} for r, h in self._first_rank_per_host()]
         self.cache_applied = "fadvise_dontneed"
         self.say("page cache: each file fsync'd and evicted with posix_fadvise(DONTNEED) before reading")
 
@@ -388,6 +401,8 @@ class Engine:
                                           "files": sum(len(lay.files(r)) for r in range(self.world))},
                     "fsync": self.fsync,
                     "checkpoint_engine": self.engine_info(),
+                    "rank_hostnames": [h[0] for h in self.hosts],
+                    "page_cache_hosts": self.cache_hosts,
                 }
                 (out / "summary.json").write_text(json.dumps(summary, indent=4), encoding="utf-8")
 
