@@ -12,12 +12,14 @@ rank) and the rank's private paths, and replaces itself with kv-cache.py:
 
 Every workload argument after the wrapper's own is forwarded verbatim; the wrapper encodes
 no workload parameters. `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
-visible with that content on this rank's host (the shared results directory check, 6.3.3.4).
+visible with that content on this rank's host (the shared results directory check, 6.3.3.4) and
+prints one `MLPS-KVCACHE-PROBE {json}` line (rank, hostname, path, visible, detail), then exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -59,18 +61,25 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, forwarded
 
 
+PROBE_TAG = "MLPS-KVCACHE-PROBE "
+
+
 def probe(path: str, token: str, rank: int) -> int:
+    """Report on stdout, as one tagged JSON line, whether this host sees the marker; 0 when it
+    does, 1 when it does not."""
     host = socket.gethostname()
+    record = {"rank": rank, "hostname": host, "path": path, "visible": False}
     try:
         content = Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:
-        print(f"rank {rank} on {host}: {path} is not visible ({exc.strerror})", file=sys.stderr)
-        return 1
-    if content != token:
-        print(f"rank {rank} on {host}: {path} holds different content (another file system at the same path)", file=sys.stderr)
-        return 1
-    print(f"rank {rank} on {host}: {path} visible")
-    return 0
+        record["detail"] = f"not visible ({exc.strerror})"
+    else:
+        if content == token:
+            record.update(visible=True, detail="visible")
+        else:
+            record["detail"] = "holds different content (another file system at the same path)"
+    print(PROBE_TAG + json.dumps(record), flush=True)
+    return 0 if record["visible"] else 1
 
 
 def kv_cache_argv(args: argparse.Namespace, forwarded: list[str], rank: int) -> list[str]:
@@ -92,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     args, forwarded = parse(list(sys.argv[1:] if argv is None else argv))
     rank = detect_rank()
     if args.probe_shared:
-        return probe(args.probe_shared, args.probe_token, rank)
+        # Exit 0 once the answer is printed: a rank exiting non-zero makes mpirun kill the
+        # others before they report, and its exit status must mean "could not launch" only.
+        probe(args.probe_shared, args.probe_token, rank)
+        return 0
     command = kv_cache_argv(args, forwarded, rank)
     sys.stdout.flush()
     os.execv(command[0], command)  # the rank becomes kv-cache.py: its exit status is the rank's

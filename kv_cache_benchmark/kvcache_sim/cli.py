@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -239,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
     run_args.update(seed=seed, cache_dir=str(cache_dir), storage_capacity_bytes=tiers[-1].capacity,
                     phase=phase, kv_cache_version=__version__)
     result = report.build(settings, run_args, config, cache, outcome, entries, used, enabled, args.performance_profile)
+    # Which client wrote this file and what it did about the page cache, so a multi-host run
+    # can be described per host from the rank files alone.
+    result["host"] = {"hostname": socket.gethostname(), "page_cache": tiers[-1].page_cache_record()}
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -6,30 +6,34 @@ Plan parameters (hashed by core-config allowlist kv_cache@1):
   sequence.*      seed, trials, inter_option_delay_s (the CLOSED locks of 6.3.2.1)
   global.*        flags every rank gets in every Option
 Leaf: kv_cache/<model>/run/<ts>/ with summary.json, results.json, option_<O>_results.json,
-option_<O>/trial_<T>/rank_<N>/kvcache_results_<ts>.json and one log pair per trial.
+option_<O>/trial_<T>/rank_<N>/kvcache_results_<ts>.json (each naming its host and what it did
+about the page cache), kvcache_hosts.json (one record per client host) and one log pair per trial.
+Across hosts: the lifecycle's ssh preflight and host survey (launch_layout), then the shared
+results directory check (kvcache_hosts), then every trial under a deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import fmean
 from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.benchmarks import kvcache_hosts, workloads
+from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError, PermissionDenied, UsageError
+from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError, PermissionDenied,
+                                  TimeoutExpired, UsageError)
+from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import run_logged
 from mlpstorage_py.results import fs_probe
@@ -53,6 +57,7 @@ OPEN_GLOBAL_FLAGS = {"performance_profile": ("performance_profile", lambda v: v)
                      "enable_rag": ("rag", bool), "rag_num_docs": ("rag_num_docs", int)}
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 STARTUP_ESTIMATE_S = 5  # mpirun + interpreter start + the last requests finishing, per trial
+DRAIN_S = 30  # past --duration: in-flight requests finish, KV files are removed, the result is written
 DEVICE_LATENCY_NOTE = ("max over ranks and trials of each rank's P95 (a worst-client bound, not a pooled percentile); "
                        "device = the np.load span on a page-cache-dropped file (read) and the fsync span (write) "
                        "at the POSIX boundary, storage tier only")
@@ -179,110 +184,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-# -- aggregation (Rules 6.3.4) --------------------------------------------------------------
-def rank_file(trial_dir: Path, rank: int) -> Path | None:
-    """The one result file of a rank; None when absent. Two files is an isolation failure."""
-    files = sorted((trial_dir / f"rank_{rank}").glob("kvcache_results_*.json"))
-    if len(files) > 1:
-        raise BenchmarkFailed(f"{trial_dir / f'rank_{rank}'} holds {len(files)} result files; each rank must write one (Rules 6.3.3.3)")
-    return files[0] if files else None
-
-
-def read_trial(trial_dir: Path, total_ranks: int) -> dict[int, dict[str, Any] | None]:
-    """rank -> its parsed result, or None when missing or unreadable."""
-    results: dict[int, dict[str, Any] | None] = {}
-    for rank in range(total_ranks):
-        path = rank_file(trial_dir, rank)
-        data = None
-        if path is not None:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if not isinstance(data.get("summary"), dict):
-                    log.warning(f"{path} has no summary; counted as missing")
-                    data = None
-            except (OSError, json.JSONDecodeError) as exc:
-                log.warning(f"cannot read {path}: {exc}; counted as missing")
-        results[rank] = data
-    return results
-
-
-def _stats(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    summary = result.get("summary") or {}
-    return summary, summary.get("cache_stats") or {}
-
-
-def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]], total_ranks: int) -> dict[str, Any]:
-    """One Option's aggregate over trials x ranks:
-    bandwidth and storage throughput: sum over a trial's ranks, fmean over trials (6.3.4.1/2);
-    device P95s: max over all ranks and trials (6.3.4.3); ranks with storage_entries == 0
-    contribute 0.0 to the device latencies and are listed in cpu_tier_ranks (6.3.4.4)."""
-    per_trial: list[dict[str, Any]] = []
-    missing: list[str] = []
-    cpu_tier: list[dict[str, int]] = []
-    for trial, ranks in enumerate(trials):
-        present: dict[int, dict[str, Any]] = {}
-        for rank in range(total_ranks):
-            result = ranks.get(rank)
-            if result is None:
-                missing.append(f"option_{option}/trial_{trial}/rank_{rank}")
-            else:
-                present[rank] = result
-        sums = {"read_bandwidth_gbps": 0.0, "write_bandwidth_gbps": 0.0, "storage_throughput_tokens_per_sec": 0.0,
-                "avg_throughput_tokens_per_sec": 0.0}
-        maxima = {"device_read_p95_ms": 0.0, "device_write_p95_ms": 0.0, "storage_read_p95_ms": 0.0, "p95_latency_ms": 0.0}
-        trial_cpu: list[int] = []
-        for rank, result in sorted(present.items()):
-            summary, cache = _stats(result)
-            storage_rank = cache.get("storage_entries", 0) > 0
-            if not storage_rank:
-                trial_cpu.append(rank)
-                cpu_tier.append({"trial": trial, "rank": rank})
-            sums["read_bandwidth_gbps"] += float(cache.get("tier_storage_read_bandwidth_gbps", 0.0))
-            sums["write_bandwidth_gbps"] += float(cache.get("tier_storage_write_bandwidth_gbps", 0.0))
-            sums["storage_throughput_tokens_per_sec"] += float(summary.get("storage_throughput_tokens_per_sec", 0.0))
-            sums["avg_throughput_tokens_per_sec"] += float(summary.get("avg_throughput_tokens_per_sec", 0.0))
-            if storage_rank:
-                maxima["device_read_p95_ms"] = max(maxima["device_read_p95_ms"], float(cache.get("storage_read_device_p95_ms", 0.0)))
-                maxima["device_write_p95_ms"] = max(maxima["device_write_p95_ms"], float(cache.get("storage_write_device_p95_ms", 0.0)))
-                maxima["storage_read_p95_ms"] = max(maxima["storage_read_p95_ms"], float(cache.get("storage_read_p95_ms", 0.0)))
-            maxima["p95_latency_ms"] = max(maxima["p95_latency_ms"], float((summary.get("end_to_end_latency_ms") or {}).get("p95", 0.0)))
-        per_trial.append({"trial": trial, "ranks_reported": len(present), "cpu_tier_ranks": trial_cpu, **sums, **maxima})
-    counted = [t for t in per_trial if t["ranks_reported"]]
-
-    def mean(key: str) -> float:
-        return fmean(t[key] for t in counted) if counted else 0.0
-
-    def peak(key: str) -> float:
-        return max((t[key] for t in counted), default=0.0)
-
-    partial = bool(missing)
-    return {
-        "option": int(option),
-        "aggregated_read_bandwidth_gbps": mean("read_bandwidth_gbps"),
-        "aggregated_write_bandwidth_gbps": mean("write_bandwidth_gbps"),
-        "aggregated_avg_throughput_tokens_per_sec": mean("avg_throughput_tokens_per_sec"),
-        "aggregated_storage_throughput_tokens_per_sec": mean("storage_throughput_tokens_per_sec"),
-        "aggregated_p95_latency_ms": peak("p95_latency_ms"),
-        "aggregated_device_read_p95_ms": peak("device_read_p95_ms"),
-        "aggregated_device_write_p95_ms": peak("device_write_p95_ms"),
-        "aggregated_storage_read_p95_ms": peak("storage_read_p95_ms"),
-        "rank_count": total_ranks,
-        "trial_count": len(trials),
-        "total_ranks": total_ranks,
-        "partial_failure": partial,
-        "missing_files": missing,
-        "cpu_tier_ranks": sorted({c["rank"] for c in cpu_tier}),
-        "cpu_tier_rank_trials": cpu_tier,
-        "all_ranks_cpu_tier": bool(counted) and all(len(t["cpu_tier_ranks"]) == t["ranks_reported"] for t in counted),
-        "per_trial": per_trial,
-        "headline": {"storage_read_bandwidth_gbps": mean("read_bandwidth_gbps"),
-                     "device_read_p95_ms": peak("device_read_p95_ms"),
-                     "device_write_p95_ms": peak("device_write_p95_ms"),
-                     "storage_throughput_tokens_per_sec": mean("storage_throughput_tokens_per_sec"),
-                     "total_ranks": total_ranks},
-    }
-
-
 # -- the benchmark --------------------------------------------------------------------------
 class KVCacheBenchmark(Benchmark):
     benchmark_type = "kv_cache"
@@ -402,9 +303,18 @@ class KVCacheBenchmark(Benchmark):
         if record["same_filesystem"]:
             raise GateRefused(f"--cache-dir {cache} and --results-dir {results} are on the same file system; result and "
                               "log I/O would perturb the storage under test (Rules 6.4.1)")
-        layout = Layout(tuple(plan.engine_parameters["hosts"]), plan.engine_parameters["npernode"])
-        if layout.multi_host:
-            self._probe_shared_results(layout)
+        # The shared results check (6.3.3.4) runs in execute, inside the leaf, after the
+        # lifecycle's ssh preflight: a dead host is exit 10 and every failure leaves a leaf.
+
+    def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
+        """The trials' layout (npernode slots on every host), for the lifecycle's ssh preflight
+        and per-host survey; None when nothing is launched (datasize, whatif)."""
+        if not plan.commands or self.request.command != "run":
+            return None
+        ep = plan.engine_parameters
+        mpi = MpiOptions.from_args(self.request.args)
+        mpi.hosts = [f"{h}:{ep['npernode']}" for h in ep["hosts"]]
+        return mpi, ep["total_ranks"]
 
     def _validate_inputs(self, plan: Plan) -> None:
         """Let kv-cache.py refuse bad input (a --config key, a size) now, not in every rank later."""
@@ -424,29 +334,25 @@ class KVCacheBenchmark(Benchmark):
         if failures:
             raise UsageError(failures[0])
 
-    def _probe_shared_results(self, layout: Layout) -> None:
-        """Rules 6.3.3.4: every host must see the results directory at the same path."""
+    def _probe_shared_results(self, layout: Layout, leaf: Path | None = None) -> list[dict[str, Any]]:
+        """Rules 6.3.3.4: every host must see the results directory at the same path. The per-host
+        answers go to <leaf>/kvcache_hosts.json before any failure is raised."""
         assert self.results_dir is not None
-        probe_dir = self.results_dir / ".mlps"
-        probe_dir.mkdir(parents=True, exist_ok=True)
-        token = uuid.uuid4().hex
-        marker = probe_dir / f"kvcache-shared-probe-{token}"
-        marker.write_text(token, encoding="utf-8")
-        mpi = MpiOptions.from_args(self.request.args)
-        mpi.hosts = [f"{h}:1" for h in layout.hosts]
-        argv = mpi_command(mpi, len(layout.hosts), [sys.executable, str(self.wrapper_path()), "--probe-shared", str(marker),
-                                                    "--probe-token", token])
-        log.info(f"checking that {self.results_dir} is shared by {', '.join(layout.hosts)}")
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            raise GateRefused("the shared results directory check timed out (Rules 6.3.3.4)") from None
-        finally:
-            marker.unlink(missing_ok=True)
-        if done.returncode != 0:
-            detail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise GateRefused(f"--results-dir {self.results_dir} is not visible at the same path on every host "
-                              f"(Rules 6.3.3.4): {detail}")
+        hosts = list(layout.hosts)
+        with contextlib.ExitStack() as stack:
+            log_dir = leaf if leaf is not None else stack.enter_context(self.scratch())
+            records: list[dict[str, Any]] = []
+            try:
+                records, code = kvcache_hosts.run_probe(self.results_dir, hosts, self.request.args, self.wrapper_path(), log_dir)
+            finally:
+                if leaf is not None:
+                    stdout = log_dir / "kvcache_shared_probe.stdout.log"
+                    write_json(leaf / kvcache_hosts.HOSTS_FILE,
+                               {"shared_results_check": records or kvcache_hosts.probe_records(hosts, stdout)})
+            kvcache_hosts.judge_probe(self.results_dir, records, code, log_dir / "kvcache_shared_probe.stderr.log")
+        for r in records:
+            log.info(f"shared results check: {r['host']} (hostname {r['hostname']}) sees {r['path']}")
+        return records
 
     def execute(self, plan: Plan, leaf: Path) -> None:
         req = self.request
@@ -454,7 +360,11 @@ class KVCacheBenchmark(Benchmark):
         total = ep["total_ranks"]
         seq = params["sequence"]
         stamp = leaf.name
+        layout = Layout(tuple(ep["hosts"]), ep["npernode"])
+        probe = self._probe_shared_results(layout, leaf) if layout.multi_host else kvcache_hosts.local_records(list(layout.hosts))
         Path(ep["cache_dir"]).mkdir(parents=True, exist_ok=True)
+        stopped: BaseException | None = None
+        all_trials: dict[str, list[dict[int, dict[str, Any] | None]]] = {}
         filled: list[list[str]] = []
         outputs: list[dict[str, str]] = []
         failures: dict[str, dict[str, str]] = {}
@@ -462,11 +372,16 @@ class KVCacheBenchmark(Benchmark):
         commands = iter(plan.commands)
         with self.scratch() as scratch:
             for index, (key, option) in enumerate(params["options"].items()):
+                if stopped is not None:
+                    break
                 if index and seq["inter_option_delay_s"]:
                     log.info(f"waiting {seq['inter_option_delay_s']} s before option {key} (inter-option delay)")
                     time.sleep(seq["inter_option_delay_s"])
-                trials: list[dict[int, dict[str, Any] | None]] = []
+                trials: list[dict[int, dict[str, Any] | None]] = all_trials.setdefault(key, [])
+                deadline = job_deadline(req.args, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
                 for trial in range(seq["trials"]):
+                    if stopped is not None:
+                        break
                     argv = [a.replace(STAMP, stamp) for a in fill(next(commands), leaf, scratch)]
                     filled.append(argv)
                     trial_dir = leaf / f"option_{key}" / f"trial_{trial}"
@@ -475,8 +390,14 @@ class KVCacheBenchmark(Benchmark):
                     err = leaf / f"kvcache_opt{key}_trial{trial}_{stamp}.stderr.log"
                     outputs.append({"command": " ".join(argv), "stdout": str(out), "stderr": str(err)})
                     log.info(f"option {key} trial {trial + 1}/{seq['trials']}: {total} rank(s), {option['duration']} s")
-                    code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=scratch,
-                                      label=f"kvcache option {key} trial {trial}", echo=bool(req.arg("verbose")))
+                    try:
+                        code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=scratch, deadline_s=deadline,
+                                          label=f"kvcache option {key} trial {trial}", echo=bool(req.arg("verbose")))
+                    except (TimeoutExpired, KeyboardInterrupt) as exc:  # the tree is down; record, then re-raise
+                        stopped = exc
+                        failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"
+                        trials.append(read_trial(trial_dir, total))
+                        break
                     if code != 0:
                         failures.setdefault(key, {})[str(trial)] = f"mpirun exited with code {code} (see {err.name})"
                         log.error(f"option {key} trial {trial}: mpirun exited with code {code}; see {err}")
@@ -491,7 +412,9 @@ class KVCacheBenchmark(Benchmark):
                 self._print_option(key, aggregate)
         plan.commands = filled
         self.outputs = outputs
-        partial = any(a["partial_failure"] for a in aggregates.values()) or bool(failures)
+        partial = any(a["partial_failure"] for a in aggregates.values()) or bool(failures) or stopped is not None
+        hosts = kvcache_hosts.host_records(list(layout.hosts), layout.npernode, probe, all_trials, plan.client_hosts)
+        write_json(leaf / kvcache_hosts.HOSTS_FILE, {"shared_results_check": probe, "client_hosts": hosts})
         summary = {
             "schema_version": SCHEMA_VERSION,
             "run_datetime": stamp,
@@ -499,6 +422,7 @@ class KVCacheBenchmark(Benchmark):
             "npernode": ep["npernode"],
             "host_count": ep["host_count"],
             "hosts": ep["hosts"],
+            "client_hosts": hosts,
             "total_ranks": total,
             "trials_per_option": seq["trials"],
             "seed": seq["seed"],
@@ -507,6 +431,7 @@ class KVCacheBenchmark(Benchmark):
             "options": aggregates,
             "partial_failure": partial,
             "trial_failures": failures,
+            "stopped": None if stopped is None else (str(stopped) or "interrupted"),
             "aggregation": {
                 "bandwidth_and_throughput": "per trial: sum over ranks; over trials: arithmetic mean (fmean)",
                 "device_latency": DEVICE_LATENCY_NOTE,
@@ -518,7 +443,9 @@ class KVCacheBenchmark(Benchmark):
                                            "total_ranks": total, "partial_failure": partial,
                                            "options": {k: {"name": a["name"], "label": a["label"], **a["headline"]}
                                                        for k, a in aggregates.items()}})
-        _tidy_cache(Path(ep["cache_dir"]), total)
+        _tidy_cache(Path(ep["cache_dir"]), total, stale=stopped is not None)
+        if stopped is not None:
+            raise stopped
         if partial:
             missing = sum(len(a["missing_files"]) for a in aggregates.values())
             raise BenchmarkFailed(f"partial failure: {missing} rank result(s) missing, {sum(map(len, failures.values()))} "
@@ -539,35 +466,17 @@ class KVCacheBenchmark(Benchmark):
         summary = json.loads((leaf / "summary.json").read_text(encoding="utf-8"))
         return {"engine": ENGINE, "command_output_files": getattr(self, "outputs", []),
                 "kvcache_headline": {k: o["headline"] for k, o in summary["options"].items()},
-                "cache_dir": plan.engine_parameters["cache_dir"], "hostname": socket.gethostname()}
+                "cache_dir": plan.engine_parameters["cache_dir"], "hostname": socket.gethostname(),
+                "kvcache_client_hosts": summary.get("client_hosts", [])}
 
 
-def _rank_index(leaf: Path, option: str, trials: list[dict[int, dict[str, Any] | None]]) -> dict[str, Any]:
-    """Where each rank's file is and the numbers aggregation used from it."""
-    index: dict[str, Any] = {}
-    for trial, ranks in enumerate(trials):
-        entry: dict[str, Any] = {}
-        for rank, result in ranks.items():
-            path = rank_file(leaf / f"option_{option}" / f"trial_{trial}", rank)
-            if result is None:
-                entry[f"rank_{rank}"] = {"file": None, "status": "missing"}
-                continue
-            summary, cache = _stats(result)
-            entry[f"rank_{rank}"] = {
-                "file": os.path.relpath(path, leaf) if path else None, "status": result.get("status", "ok"),
-                "seed": result.get("seed"), "storage_entries": cache.get("storage_entries", 0),
-                "tier_storage_read_bandwidth_gbps": cache.get("tier_storage_read_bandwidth_gbps", 0.0),
-                "tier_storage_write_bandwidth_gbps": cache.get("tier_storage_write_bandwidth_gbps", 0.0),
-                "storage_throughput_tokens_per_sec": summary.get("storage_throughput_tokens_per_sec", 0.0),
-                "storage_read_device_p95_ms": cache.get("storage_read_device_p95_ms", 0.0),
-                "storage_write_device_p95_ms": cache.get("storage_write_device_p95_ms", 0.0)}
-        index[f"trial_{trial}"] = entry
-    return index
-
-
-def _tidy_cache(cache_dir: Path, total_ranks: int) -> None:
-    """Remove the ranks' cache directories when kv-cache.py left them empty."""
+def _tidy_cache(cache_dir: Path, total_ranks: int, stale: bool = False) -> None:
+    """Remove the ranks' cache directories when kv-cache.py left them empty; after a stopped
+    trial (`stale`) first the KV files its killed ranks could not remove (our names only)."""
     for rank in range(total_ranks):
+        if stale:
+            for path in (cache_dir / f"rank_{rank}").glob("kv_*.npy"):
+                path.unlink(missing_ok=True)
         try:
             (cache_dir / f"rank_{rank}").rmdir()
         except OSError:
