@@ -1,0 +1,226 @@
+"""`mlpstorage open kvcache run` across simulated client hosts (tests/simhosts.py): per-host
+records, the shared results check (launch failure vs Rules 6.3.3.4), and the faults of issue 11
+(unresolvable name, frozen host, trial deadline, SIGINT on remote ranks) with exit code, failed
+leaf, elapsed-time bound and no surviving process. Real mpirun over ssh; nothing mocked.
+Measured figures are printed (run with -s to see them)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import MLPSTORAGE, all_leaves, subprocess_env
+
+from mlpstorage_py.benchmarks import kvcache, kvcache_hosts
+from mlpstorage_py.benchmarks.base import Request
+from mlpstorage_py.errors import BenchmarkFailed, GateRefused
+
+pytestmark = pytest.mark.heavy
+
+SMALL = {
+    "user_templates": {
+        "chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 128], "think_time_s": [0.0, 0.02], "weight": 1},
+        "coding": {"weight": 0}, "document": {"weight": 0}},
+    "prefix_cache": {"system_prompt_tokens": [32, 128]},
+    "conversation": {"turn_tokens": [16, 64], "max_context_tokens": 2048},
+}
+UNRESOLVABLE = "mlps-no-such-host-x9"
+
+
+@pytest.fixture
+def small_config(tmp_path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    return path
+
+
+def run_args(results: Path, cache: Path, config: Path, hosts: list[str], duration: int = 2, *extra: str,
+             npernode: int = 1) -> list[str]:
+    """One small OPEN run: Option 1 only, one trial, no inter-option delay, one rank per host."""
+    return ["open", "kvcache", "run", "--hosts", *hosts, "--npernode", str(npernode), "--cache-dir", str(cache), "-rd", str(results),
+            "-sn", "sys1", "--model", "tiny-1b", "--num-users", "3", "--duration", str(duration), "--trials", "1",
+            "--inter-option-delay", "0", "--option", "1", "--config", str(config), *extra]
+
+
+def leaf_of(results: Path) -> tuple[Path, dict]:
+    (leaf,) = all_leaves(results)
+    (meta,) = leaf.glob("kv_cache_*_metadata.json")
+    return leaf, json.loads(meta.read_text())
+
+
+def kv_processes(cluster) -> list[int]:
+    """kv-cache.py ranks running on the cluster's hosts."""
+    found = []
+    for host in cluster.hosts:
+        for pid in host.pids():
+            try:
+                if b"kv-cache.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                pass
+    return found
+
+
+def disk_results(other_fs_dir: Path) -> Path:
+    """An initialised results tree on tmpfs, so a cache directory on the disk is 'another file system'."""
+    from mlpstorage_py.results.sentinel import init_results_dir
+
+    root, _ = init_results_dir("Org", other_fs_dir / "R")
+    return root
+
+
+# -- a healthy run ---------------------------------------------------------------------------
+def test_run_across_three_hosts_records_each_host(cli, sim_hosts, results, other_fs_dir, small_config):
+    names = sim_hosts.names
+    started = time.monotonic()
+    res = cli(*run_args(results, other_fs_dir, small_config, names))
+    wall = time.monotonic() - started
+    assert res.rc == 0, res.err
+    print(f"\nkvcache run: {len(names)} hosts x 1 rank, 2 s trial: {wall:.1f} s wall")
+    leaf, meta = leaf_of(results)
+    summary = json.loads((leaf / "summary.json").read_text())
+    assert summary["hosts"] == names and summary["host_count"] == 3 and summary["total_ranks"] == 3
+    records = summary["client_hosts"]
+    assert json.loads((leaf / kvcache_hosts.HOSTS_FILE).read_text())["client_hosts"] == records
+    assert meta["kvcache_client_hosts"] == records
+    for index, (name, record) in enumerate(zip(names, records)):
+        # identified by the --host entry MPI placed the rank on and the hostname the rank reported
+        assert (record["host"], record["hostname"], record["ranks"]) == (name, name, [index])
+        assert record["rank_hostnames"] == [name] and record["placement_consistent"]
+        assert record["results_dir_check"]["visible"] is True
+        assert record["results_dir_check"]["path"].startswith(str(results.resolve() / ".mlps"))
+        # the cache is on tmpfs: DONTNEED evicts nothing there, and the record must not say dropped
+        cache = record["page_cache"]
+        assert cache["filesystems"] == ["tmpfs"] and cache["status"].startswith("not dropped: the cache directory is on tmpfs")
+        assert "posix_fadvise(POSIX_FADV_DONTNEED)" in cache["method"] and cache["reports"] == 1
+        rank = json.loads(next((leaf / "option_1" / "trial_0" / f"rank_{index}").glob("kvcache_results_*.json")).read_text())
+        assert rank["host"]["hostname"] == name and rank["host"]["page_cache"]["filesystem"] == "tmpfs"
+    probe = json.loads((leaf / kvcache_hosts.HOSTS_FILE).read_text())["shared_results_check"]
+    assert [(p["host"], p["hostname"], p["visible"]) for p in probe] == [(n, n, True) for n in names]
+    if meta.get("client_hosts"):  # the lifecycle's survey: the same hosts, and their facts in our records
+        assert [h["host"] for h in meta["client_hosts"]] == names
+        assert all(r.get("cpu_count") and r.get("kernel") for r in records)
+    assert not list((results / ".mlps").glob("kvcache-shared-probe-*"))
+
+
+def test_page_cache_dropped_per_host_on_a_disk_cache(cli, sim_hosts, other_fs_dir, tmp_path, small_config):
+    """Cache on the ext4 disk, results on tmpfs: every host's ranks fadvise each file before its
+    read. Two ranks per host: ranks 0-1 on the first --host entry, 2-3 on the second."""
+    results = disk_results(other_fs_dir)
+    names = sim_hosts.names[:2]
+    res = cli(*run_args(results, tmp_path / "cache", small_config, names, npernode=2))
+    assert res.rc == 0, res.err
+    leaf, meta = leaf_of(results)
+    for index, (name, record) in enumerate(zip(names, meta["kvcache_client_hosts"])):
+        cache = record["page_cache"]
+        assert record["ranks"] == [2 * index, 2 * index + 1] and record["rank_hostnames"] == [name]
+        for rank in record["ranks"]:
+            result = json.loads(next((leaf / "option_1" / "trial_0" / f"rank_{rank}").glob("kvcache_results_*.json")).read_text())
+            assert result["host"]["hostname"] == name
+        assert record["hostname"] == name and cache["reports"] == 2 and cache["filesystems"] != ["tmpfs"]
+        assert cache["status"] == kvcache_hosts.DROPPED
+        assert cache["storage_reads"] > 0 and cache["fadvise_done"] == cache["storage_reads"] and cache["fadvise_failed"] == 0
+
+
+# -- the shared results check: a launch failure is not a rules violation ----------------------
+def test_probe_tells_launch_failure_from_an_invisible_results_dir(sim_hosts, results):
+    from mlpstorage_py.results.logs import setup_console
+
+    setup_console()  # the console handler on this test's stderr, not an earlier test's captured one
+    bench = kvcache.KVCacheBenchmark(Request("open", "kvcache", "llama3.1-8b", "run", {}))
+    bench.results_dir = results
+    good = sim_hosts.names[0]
+    with pytest.raises(BenchmarkFailed) as launch:
+        bench._probe_shared_results(kvcache.Layout((good, UNRESOLVABLE), 1))
+    assert launch.value.exit_code == 6 and "6.3.3.4" not in str(launch.value)
+    assert UNRESOLVABLE in str(launch.value) and "Could not resolve hostname" in str(launch.value)
+    # the ranks run, but the path they look for is on no host: 6.3.3.4, every host named with its hostname
+    with bench.scratch() as scratch:
+        records, code = kvcache_hosts.run_probe(results, sim_hosts.names[:2], {}, bench.wrapper_path(), scratch,
+                                                check_path=results / "absent")
+        assert code == 0 and [r["visible"] for r in records] == [False, False]
+        with pytest.raises(GateRefused) as refused:
+            kvcache_hosts.judge_probe(results, records, code, scratch / "kvcache_shared_probe.stderr.log")
+    message = str(refused.value)
+    assert refused.value.exit_code == 9 and "6.3.3.4" in message and "2 of 2 host(s)" in message
+    assert all(f"{n} (hostname {n})" in message for n in sim_hosts.names[:2])
+
+
+def test_unresolvable_host_is_named_in_one_line(cli, sim_hosts, results, other_fs_dir, small_config):
+    started = time.monotonic()
+    res = cli(*run_args(results, other_fs_dir, small_config, [sim_hosts.names[0], UNRESOLVABLE]))
+    elapsed = time.monotonic() - started
+    assert res.rc in (10, 6) and res.rc != 9, res.err
+    (line,) = [l for l in res.err_lines if l.startswith("mlpstorage: error:")]
+    assert UNRESOLVABLE in line and "6.3.3.4" not in line
+    print(f"\nunresolvable host: exit {res.rc} after {elapsed:.1f} s: {line}")
+    for leaf in all_leaves(results):  # a failure inside the leaf leaves a failed leaf
+        _, meta = leaf_of(results)
+        assert meta["exit_status"] == res.rc and UNRESOLVABLE in meta["failure"]
+
+
+# -- faults: bounded time, failed leaf, nothing left running ----------------------------------
+def test_frozen_host_fails_within_bounds(cli, make_sim_cluster, results, other_fs_dir, small_config):
+    cluster = make_sim_cluster(2)
+    cluster.freeze(cluster.names[1])
+    started = time.monotonic()
+    res = cli(*run_args(results, other_fs_dir, small_config, cluster.names))
+    elapsed = time.monotonic() - started
+    print(f"\nfrozen host: exit {res.rc} after {elapsed:.1f} s: {res.err_lines[-1] if res.err_lines else ''}")
+    assert elapsed < 60
+    assert res.rc in (10, 7), res.err  # 10: the ssh preflight; 7: the check's deadline (no preflight)
+    assert cluster.names[1] in res.err and cluster.names[0] not in res.err.split("mlpstorage: error:")[-1]
+    leaf, meta = leaf_of(results)
+    assert meta["exit_status"] == res.rc and meta["failure"]
+    assert not kv_processes(cluster)
+    cluster.thaw(cluster.names[1])
+    assert not cluster.stray_processes()
+
+
+def test_trial_deadline_stops_every_rank(cli, sim_hosts, results, other_fs_dir, small_config):
+    names = sim_hosts.names[:2]
+    started = time.monotonic()
+    res = cli(*run_args(results, other_fs_dir, small_config, names, 120, "--deadline", "8"))
+    elapsed = time.monotonic() - started
+    print(f"\ntrial deadline 8 s on a 120 s trial: exit {res.rc} after {elapsed:.1f} s")
+    assert res.rc == 7, res.err
+    assert "deadline of 8 s" in res.err and elapsed < 60
+    leaf, meta = leaf_of(results)
+    assert meta["exit_status"] == 7 and "deadline" in meta["failure"]
+    summary = json.loads((leaf / "summary.json").read_text())
+    assert summary["partial_failure"] and "deadline" in summary["stopped"] and "deadline" in summary["trial_failures"]["1"]["0"]
+    assert not kv_processes(sim_hosts)
+    assert not list(other_fs_dir.glob("rank_*/kv_*.npy"))
+
+
+def test_sigint_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_config, tmp_path):
+    names = sim_hosts.names[:2]
+    argv = [str(MLPSTORAGE), *run_args(results, other_fs_dir, small_config, names, 120)]
+    child = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 90
+        while len(kv_processes(sim_hosts)) < len(names):
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < end, "the ranks never started"
+            time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    print(f"\nSIGINT with ranks on {', '.join(names)}: exit {child.returncode} {took:.1f} s after the signal")
+    assert child.returncode == 8, err
+    assert took < 30
+    leaf, meta = leaf_of(results)
+    assert meta["exit_status"] == 8 and meta["failure"] == "interrupted"
+    assert json.loads((leaf / "summary.json").read_text())["stopped"] == "interrupted"
+    assert not kv_processes(sim_hosts)
