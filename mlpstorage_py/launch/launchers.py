@@ -109,7 +109,7 @@ def rank_mpi(env: dict[str, str] | None = None) -> tuple[str, str]:
         except subprocess.TimeoutExpired:
             raise BenchmarkFailed("asking mpi4py which MPI library the ranks load took more than "
                                   f"{VERSION_TIMEOUT_S} s") from None
-        line = first_line(done.stdout)
+        line = first_line(done.stdout.replace("\0", ""))
         kind = classify(line)
         if done.returncode != 0 or kind not in (OPENMPI, MPICH):
             detail = [l for l in done.stderr.splitlines() if l.strip()]
@@ -137,7 +137,8 @@ def default_libmpi_prefix() -> Path:
 # Lines that are a launcher's own trace or banner rather than the cause of a failure.
 _NOISE = re.compile(r"^(\[mpiexec@[^\]]*\]|\[proxy:[^\]]*\]|-{5,}|={5,}|\*{5,}|prterun noticed|mpirun noticed|"
                     r"Primary job|srun: Job step aborted|srun: launch/slurm: _step_signal|"
-                    r"srun: error: Timed out waiting for job step|\s*$)")
+                    r"srun: error: Timed out waiting for job step|srun: cluster configuration lacks support|"
+                    r"srun: Job \d+ step creation|srun: Step created|\s*$)")
 _CAUSE = re.compile(r"^(ssh: |ssh_exchange|kex_exchange|Permission denied|Host key verification failed|"
                     r"srun: error: |salloc: error: |sbatch: error: |prterun: Error|mpirun: Error|"
                     r"\S+: (error|Error|ERROR)\b|.*(Could not resolve|Name or service not known|"
