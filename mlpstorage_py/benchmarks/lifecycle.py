@@ -187,5 +187,6 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
         runtime=end - bench.request.arg("_started_at", end),
         exit_status=status,
         failure=failure,
+        deadline_s=plan.deadline_s,
     )
     write_json(leaf / f"{bench.benchmark_type}_{metadata['run_datetime']}_metadata.json", metadata)

@@ -264,10 +264,10 @@ class TrainingBenchmark(Benchmark):
         ds["num_subfolders_train"] = manifest.get("num_subfolders_train", 0)
         if int(ds["num_files_train"]) > int(manifest["num_files_train"]):
             raise GateRefused(f"the run asks for {ds['num_files_train']} files but datagen made {manifest['num_files_train']} (Rules 3.3.1)")
+        self._gate_divisible(plan, int(manifest["num_files_train"]))
         if int(ds["record_length_bytes"]) != int(manifest["record_length_bytes"]):
             raise GateRefused(f"the dataset was generated with records of {manifest['record_length_bytes']} B, "
                               f"the workload reads {ds['record_length_bytes']} B")
-        self._gate_divisible(plan, int(manifest["num_files_train"]))
         plan.engine_parameters["workload"]["dataset"].update(num_files_train=ds["num_files_train"],
                                                              num_subfolders_train=ds["num_subfolders_train"])
 
