@@ -83,6 +83,25 @@ def test_aggregation_pools_raw_latencies_and_sums_rates():
     assert out["hosts"] == {"a": [0], "b": [1]} and out["total_queries"] == 5
 
 
+@pytest.mark.heavy
+def test_local_ranks_on_milvus_lite(cli, results, tmp_path):
+    """--hosts naming only this host needs no server: MPI ranks here query the embedded Lite."""
+    store = tmp_path / "vdb"
+    store.mkdir()
+    common = ("--num-vectors", "2000", "--dimension", "16", "--storage-root", store, "-rd", results, "-sn", "sys1")
+    assert cli("open", "vectordb", "HNSW", "datagen", *common).rc == 0
+    res = cli("open", "vectordb", "HNSW", "run", *common, "--queries", "200", "--num-query-vectors", "100",
+              "--hosts", "127.0.0.1", "-np", "2")
+    assert res.rc == 0, res.err
+    leaf = run_leaves(results)[-1]
+    summary = json.loads((leaf / "summary.json").read_text())
+    ranks = rank_files(leaf, 2)
+    assert {r["hostname"] for r in ranks} == {socket.gethostname()}
+    assert summary["query_clients"]["layout"] == [["127.0.0.1", 2]] and summary["total_queries"] == 200
+    assert summary["database"]["backend"] == "milvus-lite" and summary["recall"] > 0.9
+    assert metadata(leaf)["num_processes"] == 2
+
+
 # -- a real server and real ranks on the simulated hosts ---------------------------------------
 try:
     import milvus

@@ -273,8 +273,7 @@ class QueryRun:
                 "metric_type": metric, "search_params": search["search_params"], "anns_field": VECTOR_FIELD,
                 "runtime": run["runtime"], "total_queries": run["queries"], "report_count": run["report_count"]}
         write_json(leaf / SPEC_FILE, spec)
-        deadline = job_deadline(self.request.args, len(slots),
-                                busy_s=busy_seconds(run, processes) + timeouts.connect)
+        deadline = job_deadline(self.request.args, len(slots), busy_s=busy_seconds(run, processes))
         with self.bench.scratch() as scratch:
             argv = fill(rank_command(opts, processes), leaf, scratch)
             self.plan.commands = [argv]
