@@ -199,7 +199,8 @@ def test_trial_deadline_stops_every_rank(cli, sim_hosts, results, other_fs_dir, 
     assert not list(other_fs_dir.glob("rank_*/kv_*.npy"))
 
 
-def test_sigint_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_config, tmp_path):
+@pytest.mark.parametrize("sig, reason", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated by SIGTERM")])
+def test_signal_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_config, tmp_path, sig, reason):
     names = sim_hosts.names[:2]
     argv = [str(MLPSTORAGE), *run_args(results, other_fs_dir, small_config, names, 120)]
     child = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -209,7 +210,7 @@ def test_sigint_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_
             assert child.poll() is None, child.communicate()[1]
             assert time.monotonic() < end, "the ranks never started"
             time.sleep(0.2)
-        child.send_signal(signal.SIGINT)
+        child.send_signal(sig)
         sent = time.monotonic()
         _, err = child.communicate(timeout=60)
         took = time.monotonic() - sent
@@ -217,10 +218,10 @@ def test_sigint_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_
         if child.poll() is None:
             child.kill()
             child.communicate()
-    print(f"\nSIGINT with ranks on {', '.join(names)}: exit {child.returncode} {took:.1f} s after the signal")
+    print(f"\n{sig.name} with ranks on {', '.join(names)}: exit {child.returncode} {took:.1f} s after the signal")
     assert child.returncode == 8, err
     assert took < 30
     leaf, meta = leaf_of(results)
-    assert meta["exit_status"] == 8 and meta["failure"] == "interrupted"
-    assert json.loads((leaf / "summary.json").read_text())["stopped"] == "interrupted"
+    assert meta["exit_status"] == 8 and reason in meta["failure"]
+    assert json.loads((leaf / "summary.json").read_text())["stopped"] == reason
     assert not kv_processes(sim_hosts)

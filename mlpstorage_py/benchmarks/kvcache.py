@@ -31,8 +31,8 @@ import yaml
 from mlpstorage_py.benchmarks import kvcache_hosts, workloads
 from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError, PermissionDenied,
-                                  TimeoutExpired, UsageError)
+from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
+                                  PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import run_logged
@@ -328,7 +328,13 @@ class KVCacheBenchmark(Benchmark):
             checks[key] = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         failures = []
         for key, child in checks.items():
-            _, err = child.communicate(timeout=120)
+            try:
+                _, err = child.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                for other in checks.values():
+                    other.kill()
+                    other.communicate()
+                raise TimeoutExpired(f"kv-cache.py --validate-only for option {key} took more than 120 s") from None
             if child.returncode != 0:
                 failures.append(f"option {key}: " + (err.strip().splitlines() or [f"exit {child.returncode}"])[-1])
         if failures:
@@ -393,7 +399,7 @@ class KVCacheBenchmark(Benchmark):
                     try:
                         code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=scratch, deadline_s=deadline,
                                           label=f"kvcache option {key} trial {trial}", echo=bool(req.arg("verbose")))
-                    except (TimeoutExpired, KeyboardInterrupt) as exc:  # the tree is down; record, then re-raise
+                    except (TimeoutExpired, Interrupted, KeyboardInterrupt) as exc:  # tree is down; record, re-raise
                         stopped = exc
                         failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"
                         trials.append(read_trial(trial_dir, total))
