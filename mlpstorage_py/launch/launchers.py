@@ -166,6 +166,11 @@ def first_error_line(text: str) -> str:
                 if nxt.strip().endswith((".", ":")):
                     break
             return " ".join(sentence)[:300]
+    # Hydra's trace: its first line is the deepest cause ("[mpiexec@h] match_arg (...): unrecognized ...").
+    for line in lines:
+        match = re.match(r"^\s*(\[(?:mpiexec|proxy)[^\]]*\])\s+\S+\s+\([^)]*\):\s*(.+)$", line)
+        if match:
+            return f"{match.group(1)} {match.group(2).strip()}"[:300]
     for line in lines:
         if line.strip() and not _NOISE.match(line.strip()):
             return line.strip()[:300]
