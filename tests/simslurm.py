@@ -64,7 +64,6 @@ class SlurmCluster:
     node: str = ""
     cpus: int = 1
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-    _munged_pid: int | None = None
     _munge_socket: Path | None = None
 
     @property
@@ -111,7 +110,7 @@ class SlurmCluster:
             raise
 
     def stop(self) -> None:
-        for name in ("slurmd", "slurmctld"):
+        for name in ("slurmd", "slurmctld", "munged"):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -128,16 +127,6 @@ class SlurmCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self._munged_pid:
-            try:
-                os.kill(self._munged_pid, signal.SIGTERM)
-                for _ in range(100):
-                    os.kill(self._munged_pid, 0)
-                    time.sleep(0.1)
-                os.kill(self._munged_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._munged_pid = None
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _stepds(self) -> list[int]:
@@ -196,14 +185,14 @@ class SlurmCluster:
         shutil.chown(MUNGE_RUN, "munge", "munge")
         shutil.chown(sock.parent, "munge", "munge")
         pid_file = sock.parent / "munged.pid"
-        done = subprocess.run(
-            [MUNGED, "--force", f"--socket={sock}", f"--pid-file={pid_file}", f"--log-file={sock.parent / 'munged.log'}",
-             f"--seed-file={sock.parent / 'munged.seed'}", f"--key-file={MUNGE_KEY}"],
-            capture_output=True, text=True, timeout=30)
-        if done.returncode != 0:
-            raise RuntimeError(f"munged did not start: {done.stderr.strip() or done.stdout.strip()}")
-        self._wait(pid_file.is_file, "munged wrote no pid file")
-        self._munged_pid = int(pid_file.read_text().strip())
+        log = open(sock.parent / "munged.console.log", "wb")
+        # In the foreground, as our child: stopped and reaped by its pid afterwards.
+        self.procs["munged"] = subprocess.Popen(
+            [MUNGED, "--foreground", "--force", f"--socket={sock}", f"--pid-file={pid_file}",
+             f"--log-file={sock.parent / 'munged.log'}", f"--seed-file={sock.parent / 'munged.seed'}",
+             f"--key-file={MUNGE_KEY}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self._wait(sock.exists, "munged did not create its socket")
 
     def _node_idle(self) -> bool:
         done = self.run("sinfo", "-h", "-N", "-o", "%N %t", timeout=10)
