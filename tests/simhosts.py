@@ -117,8 +117,10 @@ class SimCluster:
 
     def env(self) -> dict[str, str]:
         """What a launcher needs to reach the hosts (Open MPI's PRRTE and MPICH's Hydra)."""
+        # Hydra connects back to the head by its hostname, which resolves to loopback here: the
+        # bridge is the head's address the hosts can reach.
         return {"PRTE_MCA_plm_ssh_agent": str(self.ssh_wrapper), "HYDRA_LAUNCHER": "ssh",
-                "HYDRA_LAUNCHER_EXEC": str(self.ssh_wrapper)}
+                "HYDRA_LAUNCHER_EXEC": str(self.ssh_wrapper), "HYDRA_IFACE": self.bridge}
 
     def ssh(self, host: str, *command: str, timeout: float = 20) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.ssh_wrapper), host, *command], capture_output=True, text=True, timeout=timeout)
@@ -143,10 +145,25 @@ class SimCluster:
         listeners = {h.sshd_pid() for h in self.hosts}
         end = time.monotonic() + settle_s
         while True:
-            left = [p for h in self.hosts for p in h.pids() if p not in listeners]
+            left = sorted(({p for h in self.hosts for p in h.pids()} | set(self._local_clients())) - listeners)
             if not left or time.monotonic() > end:
                 return left
             time.sleep(0.2)
+
+    def _local_clients(self) -> list[int]:
+        """ssh clients (and launchers driving them) on the head still using this cluster's config."""
+        marker = str(self.workdir).encode()
+        found = []
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+                    state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                except (OSError, IndexError):
+                    continue
+                if marker in cmdline and state not in ("Z", "X"):
+                    found.append(int(entry.name))
+        return found
 
     # -- lifecycle --------------------------------------------------------------------
     def __enter__(self) -> "SimCluster":

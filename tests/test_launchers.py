@@ -187,9 +187,6 @@ def test_unresolvable_host_is_a_launch_failure_with_the_launchers_first_error(hy
     with pytest.raises(BenchmarkFailed) as failed:
         require_success(code, "world", tmp_path / "err.log")
     assert failed.value.exit_code == 6
-    if "mpich" in launcher and first not in str(failed.value):
-        pytest.xfail("process.error_line quotes Hydra's last trace line, not the first cause "
-                     "(launchers.first_error_line finds it)")
     assert first in str(failed.value)
 
 
@@ -318,6 +315,4 @@ def test_launcher_refusing_its_arguments_is_exit_6_with_a_failed_leaf(hydra_on_b
     meta = json.loads(next(leaf.glob("checkpointing_*_metadata.json")).read_text())
     assert meta["exit_status"] == 6
     assert meta.get("failure") or meta.get("error") or meta["exit_status"] == 6
-    if first not in done.stderr:
-        pytest.xfail(f"the launcher's first error line ({first!r}) is not what the message quotes: process.error_line "
-                     "picks another line; launchers.first_error_line finds it")
+    assert first in done.stderr

@@ -15,7 +15,7 @@ from typing import Any
 
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError
-from mlpstorage_py.launch import hostinfo, preflight
+from mlpstorage_py.launch import hostinfo, mpi, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import write_json
@@ -111,9 +111,11 @@ def _survey_hosts(bench: Benchmark, plan: Plan, metadata: dict[str, Any], result
     if layout is None:
         return
     opts, processes = layout
-    probes = preflight.check_hosts(opts.hosts)
-    metadata["host_preflight"] = [{"host": p.host, "ok": p.ok, "detail": p.detail, "seconds": round(p.seconds, 3)}
-                                  for p in probes]
+    metadata["launcher"] = mpi.launcher_record(opts)
+    if mpi.uses_remote_shell(opts):  # srun reaches nodes through Slurm's daemons, not ssh
+        probes = preflight.check_hosts(opts.hosts)
+        metadata["host_preflight"] = [{"host": p.host, "ok": p.ok, "detail": p.detail, "seconds": round(p.seconds, 3)}
+                                      for p in probes]
     plan.client_hosts = hostinfo.survey(opts, processes, results_dir)
     metadata["client_hosts"] = plan.client_hosts
     metadata["num_client_hosts"] = len(plan.client_hosts)

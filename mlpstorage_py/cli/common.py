@@ -7,6 +7,7 @@ import re
 from typing import Any, Callable
 
 from mlpstorage_py.errors import UsageError
+from mlpstorage_py.launch.mpi import mpi_bin_arg
 
 MODES = {
     "closed": "CLOSED division: only the rules' tunables may change",
@@ -100,7 +101,7 @@ def add_mpi(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("MPI")
     group.add_argument("--hosts", "-s", type=host_list, nargs="+", action=_HostsAction, metavar="HOST[:SLOTS]",
                        help="client hosts, space- or comma-separated (default 127.0.0.1)")
-    group.add_argument("--mpi-bin", type=__import__("mlpstorage_py.launch.mpi", fromlist=["mpi_bin_arg"]).mpi_bin_arg, metavar="{mpirun,mpiexec,srun,PATH}", help="launcher: mpirun, mpiexec (Open MPI or MPICH, told apart by --version), srun, or a launcher's path (default: srun inside a Slurm allocation, else mpirun)")
+    group.add_argument("--mpi-bin", type=mpi_bin_arg, metavar="{mpirun,mpiexec,srun,PATH}", help="launcher: mpirun, mpiexec (Open MPI or MPICH, told apart by --version), srun, or a launcher's path (default: srun inside a Slurm allocation, else mpirun)")
     group.add_argument("--oversubscribe", action="store_true", help="allow more ranks than cores")
     group.add_argument("--allow-run-as-root", action="store_true", help="let Open MPI run as root (containers)")
     group.add_argument("--mpi-params", action="append", metavar="'ARGS'",

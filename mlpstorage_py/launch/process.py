@@ -146,13 +146,12 @@ def require_success(code: int, label: str, stderr_path: Path) -> None:
 
 def error_line(stderr_path: Path) -> str:
     """The line that explains a failure: a rank's Python exception (the first, which is the
-    cause; MPI's abort chatter follows it), else the last line mentioning an error."""
-    lines = [l.strip() for l in stderr_path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    meaningful = [l for l in lines if l and not set(l) <= set("-=*")]
-    for line in meaningful:
+    cause; MPI's abort chatter follows it), else the launcher's first line naming a cause."""
+    from mlpstorage_py.launch.launchers import first_error_line
+
+    text = stderr_path.read_text(encoding="utf-8", errors="replace")
+    for line in (l.strip() for l in text.splitlines()):
         match = EXCEPTION_LINE.match(line)
         if match and not match.group(1).startswith(("KeyboardInterrupt", "SystemExit")):
             return match.group(1)[:300]
-    errors = [l for l in meaningful if "error" in l.lower() and not l.startswith(("prterun", "mpirun", "Primary job"))]
-    pick = (errors or meaningful)[-1:]
-    return pick[0][:300] if pick else ""
+    return first_error_line(text)
