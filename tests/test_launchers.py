@@ -272,8 +272,12 @@ def test_checkpointing_inside_a_slurm_allocation(slurm_cluster, results, other_f
     assert meta["exit_status"] == 0
     if mpi_bin is None:
         assert Path(argv[0]).name == "srun" and "--mpi=pmix" in argv
+        assert meta["launcher"]["kind"] == "slurm" and meta["launcher"]["pmi"] == "pmix"
+        # srun places the ranks: the host record comes from every rank, grouped by hostname, no ssh preflight
+        (host,) = meta["client_hosts"]
+        assert host["collection_method"] == "srun" and host["ranks"] == [0, 1] and "host_preflight" not in meta
     else:
-        assert Path(argv[0]).name == "mpirun"
+        assert Path(argv[0]).name == "mpirun" and meta["launcher"]["kind"] == "openmpi"
     # One world of two ranks: rank 1 wrote its own statistics (singletons would all be rank 0).
     assert (leaf / "0_per_epoch_stats.json").is_file() and (leaf / "1_per_epoch_stats.json").is_file()
 

@@ -115,7 +115,7 @@ class TrainingBenchmark(Benchmark):
                     accelerator=req.arg("accelerator_type"), override_parameters=overrides, verification=verification,
                     data_dir=Path(data_dir) if data_dir else None)
         if req.mode == "whatif":  # plan only: size for this host, measured here
-            plan.client_hosts = hostinfo.survey(MpiOptions(), 1, Path("."))
+            plan.client_hosts = [{"host": "localhost", **hostinfo.local_facts(), "ranks": [0], "collection_method": "local"}]
             self._size(plan)
         return plan
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.deadline import host_facts_deadline
-from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command
+from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command, uses_remote_shell
 from mlpstorage_py.launch.preflight import is_local
 from mlpstorage_py.results.host import meminfo_bytes
 
@@ -80,31 +80,48 @@ def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: b
     """A record per host of the layout `processes` ranks get on opts.hosts; with drop_cache,
     each host also drops its page cache and says whether it did."""
     layout = host_slots(opts.hosts, processes)
-    if all(is_local(h) for h, _ in layout):
+    slurm_places = not uses_remote_shell(opts)
+    if all(is_local(h) for h, _ in layout) and not slurm_places:
         fact = local_facts(drop_cache)
         return _records(layout, [fact] * len(layout), "local")
-    from mlpstorage_py.launch.process import run_logged
-
+    if slurm_places:
+        # srun decides where ranks go: start every rank and group the reports by hostname.
+        facts = _launch(opts, processes, results_dir, drop_cache, deadline_s, label)
+        by_host: dict[str, dict[str, Any]] = {}
+        for rank, fact in enumerate(facts):
+            entry = by_host.setdefault(fact["hostname"], {"host": fact["hostname"], **fact, "ranks": [],
+                                                          "collection_method": "srun"})
+            entry["ranks"].append(rank)
+        return list(by_host.values())
     one_each = MpiOptions(hosts=[f"{h}:1" for h, _ in layout], mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
                           allow_run_as_root=opts.allow_run_as_root, extra=opts.extra)
+    facts = _launch(one_each, len(layout), results_dir, drop_cache, deadline_s, label)
+    return _records(layout, facts, "mpi")
+
+
+def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, deadline_s: float | None,
+            label: str) -> list[dict[str, Any]]:
+    """Run this module as `ranks` MPI ranks; every rank's facts, in rank order."""
+    from mlpstorage_py.launch.process import run_logged
+
     root = results_dir / ".mlps" / "scratch"
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="hostinfo-", dir=root) as tmp:
         out = Path(tmp) / "hosts.json"
         program = [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + (["--drop-cache"] if drop_cache else [])
-        argv = mpi_command(one_each, len(layout), program)
-        deadline = deadline_s or host_facts_deadline({}, len(layout))
+        argv = mpi_command(opts, ranks, program)
+        deadline = deadline_s or host_facts_deadline({}, ranks)
         code = run_logged(argv, stdout_path=Path(tmp) / "out.log", stderr_path=Path(tmp) / "err.log", cwd=Path(tmp),
                           label=label, deadline_s=deadline)
         if code != 0 or not out.is_file():
             from mlpstorage_py.launch.process import error_line
 
-            raise BenchmarkFailed(f"{label} over MPI on {', '.join(h for h, _ in layout)} failed (exit {code}): "
+            raise BenchmarkFailed(f"{label} over MPI on {', '.join(opts.hosts)} failed (exit {code}): "
                                   f"{error_line(Path(tmp) / 'err.log') or 'no output'}")
         facts = json.loads(out.read_text(encoding="utf-8"))
-    if len(facts) != len(layout):
-        raise BenchmarkFailed(f"{label}: {len(facts)} of {len(layout)} hosts reported")
-    return _records(layout, facts, "mpi")
+    if len(facts) != ranks:
+        raise BenchmarkFailed(f"{label}: {len(facts)} of {ranks} ranks reported")
+    return facts
 
 
 def cache_summary(records: list[dict[str, Any]]) -> str:
