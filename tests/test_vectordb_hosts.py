@@ -208,6 +208,10 @@ def test_query_count_over_three_hosts(cli, sim_hosts, loaded):
     assert summary["query_clients"]["hosts"] == {h1: [0, 1], h2: [2], h3: [3]}
     assert summary["query_clients"]["layout"] == [[h1, 2], [h2, 1], [h3, 1]]
     assert len({r["pid"] for r in ranks}) == 4 and all(r["world_size"] == 4 for r in ranks)
+    hosts = metadata(leaf).get("client_hosts")
+    if hosts is not None:  # the lifecycle's per-host record, over the same layout
+        assert [(h["host"], h["ranks"]) for h in hosts] == [(h1, [0, 1]), (h2, [2]), (h3, [3])]
+        assert [h["hostname"] for h in hosts] == [h1, h2, h3]
 
     # each rank ran its own slice: global batches r, r+4, ... of 5 queries over a 300-query set
     for r in ranks:
