@@ -117,3 +117,41 @@ def test_object_training_across_hosts(cli, results, sim_hosts, bridge_s3):
     assert summary["num_hosts"] == 2 and summary["num_files_train"] == 4
     assert meta["page_cache"]["before_run"].startswith("not applicable")
     assert_no_secret(results)
+
+
+def test_a_host_that_hangs_mid_run_is_ended_by_the_deadline(results, other_fs_dir, make_sim_cluster, tmp_path):
+    """After the preflight passed: the host stops answering while the engine runs on it."""
+    import subprocess
+
+    from conftest import MLPSTORAGE, subprocess_env
+
+    cluster = make_sim_cluster(2)
+    slow = [p for p in SMALL_LLAMA if not p.startswith("checkpoint.time_between")] + ["checkpoint.time_between_checkpoints=2"]
+    argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8",
+            "-cf", str(other_fs_dir), "-sn", "sys1", "-rd", str(results), "-ncw", "10", "-ncr", "0",
+            "--hosts", *cluster.names, "--deadline", "15", "--params", *slow]
+    env = {**subprocess_env(tmp_path), **cluster.env()}
+    started = time.monotonic()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = cluster.names[1]
+    while time.monotonic() - started < 60 and not any(
+            b"mlpstorage_py.checkpoint.engine" in _cmdline(p) for p in cluster.host(victim).pids()):
+        time.sleep(0.3)
+    stopped = cluster.hang(victim)
+    try:
+        _, err = child.communicate(timeout=90)
+    finally:
+        cluster.resume(stopped)
+    elapsed = time.monotonic() - started
+    assert child.returncode == 7, err
+    assert "deadline of 15 s" in err and elapsed < 60
+    (leaf,) = all_leaves(results)
+    assert meta_of(leaf, "checkpointing")["exit_status"] == 7
+    assert not cluster.stray_processes(), "a daemon or rank survived once the host came back"
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
