@@ -295,3 +295,54 @@ def test_unreachable_client_host_fails_in_seconds(cli, results, sim_hosts):
     assert time.monotonic() - started < 30
     [leaf] = run_leaves(results)
     assert metadata(leaf)["exit_status"] == 10
+
+
+@pytest.mark.heavy
+def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
+    """A real fault mid-run: the collection is released on the server while the ranks query it;
+    every rank's search fails, the first rank's one-line cause reaches the exit-6 message and
+    the leaf, and the job is torn down (the fixture then checks no process is left)."""
+    import threading
+
+    from pymilvus import MilvusClient
+
+    h1, h2 = sim_hosts.names[:2]
+    client = MilvusClient(uri=f"http://{loaded.address}:{loaded.port}")
+    [collection] = client.list_collections()
+    released: list[float] = []
+
+    before = {p.name for p in run_leaves(loaded.results)}
+
+    def release_when_querying() -> None:
+        """Once this run's ranks print progress (`rank r: N queries`), release the collection."""
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            for leaf in (p for p in run_leaves(loaded.results) if p.name not in before):
+                log = leaf / "vectordb_ranks.stdout.log"
+                if log.is_file() and "queries" in log.read_text(encoding="utf-8", errors="replace"):
+                    client.release_collection(collection)
+                    released.append(time.monotonic())
+                    return
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=release_when_querying, daemon=True)
+    started = time.monotonic()
+    watcher.start()
+    try:
+        res = cli("open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "60", "--num-query-vectors", "100",
+                  "--hosts", h1, h2)
+        watcher.join(timeout=5)
+        elapsed = time.monotonic() - started
+    finally:
+        client.load_collection(collection)  # the module's other tests query it again
+        client.close()
+    assert released, "the ranks never reported progress"
+    assert res.rc == 6, res.err
+    leaf = run_leaves(loaded.results)[-1]
+    assert leaf.name not in before
+    failure = metadata(leaf)["failure"]
+    assert "vectordb query ranks exited with code" in failure and "rank " in failure
+    assert h1 in failure or h2 in failure
+    assert not list(leaf.glob("vectordb_rank_*.json")) and not (leaf / "summary.json").exists()
+    assert time.monotonic() - released[0] < 45 and elapsed < 90
+    print(f"\nvectordb rank failure: job stopped {time.monotonic() - released[0]:.1f} s after the fault; {failure[:160]}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import sys
@@ -38,6 +39,11 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
 
     from mlpstorage_py.vectordb import generate
     from mlpstorage_py.vectordb.query import batches_for
+
+    # pymilvus logs every failed call with its own traceback; a rank's failure is reported once,
+    # by main(), whose first line names the rank and host (the line the parent quotes).
+    for name in ("pymilvus", "pymilvus.milvus_client"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
     if size != spec["world_size"]:
         raise RuntimeError(f"MPI world has {size} ranks, the spec planned {spec['world_size']}")
