@@ -12,7 +12,9 @@ from __future__ import annotations
 import fcntl
 import json
 import shutil
+import signal
 import socket
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import MLPSTORAGE, subprocess_env
 
 SCALE = ["--num-vectors", "3000", "--dimension", "32"]
 SEED, K = 42, 10
@@ -100,6 +104,29 @@ def test_local_ranks_on_milvus_lite(cli, results, tmp_path):
     assert summary["query_clients"]["layout"] == [["127.0.0.1", 2]] and summary["total_queries"] == 200
     assert summary["database"]["backend"] == "milvus-lite" and summary["recall"] > 0.9
     assert metadata(leaf)["num_processes"] == 2
+
+
+def test_a_missing_or_malformed_rank_file_fails_the_run(tmp_path):
+    """The exit code is never trusted: every rank's file must be there and hold its rank."""
+    from mlpstorage_py.errors import BenchmarkFailed
+    from mlpstorage_py.vectordb.clients import read_ranks
+
+    good = {"world_size": 3, "hostname": "a", "seconds": 1.0, "queries": 2, "batches": 1,
+            "latencies": [[2, 3.0]], "hits": {"0": [1]}}
+    (tmp_path / "vectordb_rank_0.json").write_text(json.dumps({**good, "rank": 0}))
+    (tmp_path / "vectordb_rank_2.json").write_text(json.dumps({**good, "rank": 2, "queries": 5}))
+    with pytest.raises(BenchmarkFailed) as info:
+        read_ranks(tmp_path, 3)
+    assert "2 of 3 query rank(s)" in str(info.value) and "rank 1: no vectordb_rank_1.json" in str(info.value)
+    assert "rank 2: vectordb_rank_2.json counts 5 queries" in str(info.value)
+    (tmp_path / "vectordb_rank_1.json").write_text("{")
+    with pytest.raises(BenchmarkFailed, match="rank 1: vectordb_rank_1.json does not parse"):
+        read_ranks(tmp_path, 3)
+    for rank in (1, 2):
+        (tmp_path / f"vectordb_rank_{rank}.json").write_text(json.dumps({**good, "rank": rank}))
+    assert [d["rank"] for d in read_ranks(tmp_path, 3)] == [0, 1, 2]
+    with pytest.raises(BenchmarkFailed, match="says rank 0 of 3"):
+        read_ranks(tmp_path, 4)  # files of another world size
 
 
 # -- a real server and real ranks on the simulated hosts ---------------------------------------
@@ -346,3 +373,47 @@ def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
     assert not list(leaf.glob("vectordb_rank_*.json")) and not (leaf / "summary.json").exists()
     assert time.monotonic() - released[0] < 45 and elapsed < 90
     print(f"\nvectordb rank failure: job stopped {time.monotonic() - released[0]:.1f} s after the fault; {failure[:160]}")
+
+
+def rank_pids(sim_hosts) -> list[int]:
+    """Query ranks alive on the simulated hosts."""
+    found = []
+    for host in sim_hosts.hosts:
+        for pid in host.pids():
+            try:
+                if b"mlpstorage_py.vectordb.rank" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("sig, reason", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated by SIGTERM")])
+def test_signal_mid_run_stops_remote_ranks(sim_hosts, loaded, tmp_path, sig, reason):
+    h1, h2 = sim_hosts.names[:2]
+    argv = [str(MLPSTORAGE), "open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "120",
+            "--num-query-vectors", "100", "--hosts", h1, h2]
+    child = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 90
+        while len(rank_pids(sim_hosts)) < 2:
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < end, "the ranks never started"
+            time.sleep(0.2)
+        child.send_signal(sig)
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 8, err
+    assert took < 30
+    leaf = run_leaves(loaded.results)[-1]
+    meta = metadata(leaf)
+    assert meta["exit_status"] == 8 and reason in meta["failure"]
+    assert not (leaf / "summary.json").exists()
+    print(f"\nvectordb {sig.name}: ranks on {h1}, {h2}; exit 8 {took:.1f} s after the signal")
+    # the sim_hosts fixture then asserts that no rank, daemon or ssh session is left
