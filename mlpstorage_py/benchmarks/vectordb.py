@@ -294,7 +294,10 @@ class VectorDBBenchmark(Benchmark):
         else:
             run, search = p["run"], p["search"]
             amount = f"{run['runtime']} s" if run["mode"] == "timed" else f"{run['queries']:,} queries"
-            lines.append(f"  {run['mode']} ({amount}), {run['num_query_processes']} process(es), batches of "
+            hosts = req.arg("hosts")
+            clients = (f"{run['num_query_processes']} MPI rank(s) over {', '.join(hosts)}" if hosts
+                       else f"{run['num_query_processes']} process(es)")
+            lines.append(f"  {run['mode']} ({amount}), {clients}, batches of "
                          f"{run['batch_size']}, top-{search['search_limit']}, search params {search['search_params']}")
             lines.append(f"  recall@{search['recall_k']} on a fixed set of {search['num_query_vectors']:,} queries "
                          "against exact ground truth")
