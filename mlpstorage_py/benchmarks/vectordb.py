@@ -18,6 +18,7 @@ import yaml
 from mlpstorage_py.benchmarks import vectordb_run, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
+from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.results.io import read_json, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import workloads as rules_workloads
@@ -112,7 +113,7 @@ class VectorDBBenchmark(Benchmark):
         plan.report = self._report(parameters)
         return plan
 
-    def launch_layout(self, plan: Plan):
+    def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
         """(MpiOptions, ranks) of the query clients when they run as MPI ranks (--hosts), else
         None: local worker processes, no MPI."""
         if self.request.command != "run":
