@@ -67,6 +67,16 @@ def kv_processes(cluster) -> list[int]:
     return found
 
 
+def ranks_gone(cluster, settle_s: float = 10.0) -> float:
+    """Seconds until no kv-cache.py rank is left on the hosts (the remote daemons stop theirs once
+    the launcher's lifeline is gone), failing after settle_s, the window stray_processes allows."""
+    started = time.monotonic()
+    while kv_processes(cluster):
+        assert time.monotonic() - started < settle_s, f"ranks survived {settle_s:.0f} s: {kv_processes(cluster)}"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
 def disk_results(other_fs_dir: Path) -> Path:
     """An initialised results tree on tmpfs, so a cache directory on the disk is 'another file system'."""
     from mlpstorage_py.results.sentinel import init_results_dir
@@ -178,7 +188,7 @@ def test_frozen_host_fails_within_bounds(cli, make_sim_cluster, results, other_f
     assert cluster.names[1] in res.err and cluster.names[0] not in res.err.split("mlpstorage: error:")[-1]
     leaf, meta = leaf_of(results)
     assert meta["exit_status"] == res.rc and meta["failure"]
-    assert not kv_processes(cluster)
+    ranks_gone(cluster)
     cluster.thaw(cluster.names[1])
     assert not cluster.stray_processes()
 
@@ -195,7 +205,7 @@ def test_trial_deadline_stops_every_rank(cli, sim_hosts, results, other_fs_dir, 
     assert meta["exit_status"] == 7 and "deadline" in meta["failure"]
     summary = json.loads((leaf / "summary.json").read_text())
     assert summary["partial_failure"] and "deadline" in summary["stopped"] and "deadline" in summary["trial_failures"]["1"]["0"]
-    assert not kv_processes(sim_hosts)
+    print(f"remote ranks gone {ranks_gone(sim_hosts):.1f} s after exit")
     assert not list(other_fs_dir.glob("rank_*/kv_*.npy"))
 
 
@@ -224,4 +234,4 @@ def test_signal_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_
     leaf, meta = leaf_of(results)
     assert meta["exit_status"] == 8 and reason in meta["failure"]
     assert json.loads((leaf / "summary.json").read_text())["stopped"] == reason
-    assert not kv_processes(sim_hosts)
+    print(f"remote ranks gone {ranks_gone(sim_hosts):.1f} s after exit")
