@@ -96,6 +96,7 @@ def test_run_across_three_hosts_records_each_host(cli, sim_hosts, results, other
     leaf, meta = leaf_of(results)
     summary = json.loads((leaf / "summary.json").read_text())
     assert summary["hosts"] == names and summary["host_count"] == 3 and summary["total_ranks"] == 3
+    assert summary["trial_deadline_s"] == {"1": 120 + 5 * 3 + 3 * (2 + kvcache.DRAIN_S)}  # configs/tool.yaml
     records = summary["client_hosts"]
     assert json.loads((leaf / kvcache_hosts.HOSTS_FILE).read_text())["client_hosts"] == records
     assert meta["kvcache_client_hosts"] == records
@@ -204,6 +205,7 @@ def test_trial_deadline_stops_every_rank(cli, sim_hosts, results, other_fs_dir, 
     leaf, meta = leaf_of(results)
     assert meta["exit_status"] == 7 and "deadline" in meta["failure"]
     summary = json.loads((leaf / "summary.json").read_text())
+    assert summary["trial_deadline_s"] == {"1": 8.0}
     assert summary["partial_failure"] and "deadline" in summary["stopped"] and "deadline" in summary["trial_failures"]["1"]["0"]
     print(f"remote ranks gone {ranks_gone(sim_hosts):.1f} s after exit")
     assert not list(other_fs_dir.glob("rank_*/kv_*.npy"))
@@ -235,3 +237,4 @@ def test_signal_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_
     assert meta["exit_status"] == 8 and reason in meta["failure"]
     assert json.loads((leaf / "summary.json").read_text())["stopped"] == reason
     print(f"remote ranks gone {ranks_gone(sim_hosts):.1f} s after exit")
+    assert not list(other_fs_dir.glob("rank_*/kv_*.npy"))  # the killed ranks' KV files are removed

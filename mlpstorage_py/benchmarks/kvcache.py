@@ -371,6 +371,7 @@ class KVCacheBenchmark(Benchmark):
         Path(ep["cache_dir"]).mkdir(parents=True, exist_ok=True)
         stopped: BaseException | None = None
         all_trials: dict[str, list[dict[int, dict[str, Any] | None]]] = {}
+        deadlines: dict[str, float] = {}
         filled: list[list[str]] = []
         outputs: list[dict[str, str]] = []
         failures: dict[str, dict[str, str]] = {}
@@ -384,7 +385,7 @@ class KVCacheBenchmark(Benchmark):
                     log.info(f"waiting {seq['inter_option_delay_s']} s before option {key} (inter-option delay)")
                     time.sleep(seq["inter_option_delay_s"])
                 trials: list[dict[int, dict[str, Any] | None]] = all_trials.setdefault(key, [])
-                deadline = job_deadline(req.args, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
+                deadline = deadlines[key] = job_deadline(req.args, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
                 for trial in range(seq["trials"]):
                     if stopped is not None:
                         break
@@ -438,6 +439,7 @@ class KVCacheBenchmark(Benchmark):
             "partial_failure": partial,
             "trial_failures": failures,
             "stopped": None if stopped is None else (str(stopped) or "interrupted"),
+            "trial_deadline_s": deadlines,
             "aggregation": {
                 "bandwidth_and_throughput": "per trial: sum over ranks; over trials: arithmetic mean (fmean)",
                 "device_latency": DEVICE_LATENCY_NOTE,
@@ -479,11 +481,27 @@ class KVCacheBenchmark(Benchmark):
 def _tidy_cache(cache_dir: Path, total_ranks: int, stale: bool = False) -> None:
     """Remove the ranks' cache directories when kv-cache.py left them empty; after a stopped
     trial (`stale`) first the KV files its killed ranks could not remove (our names only)."""
+    if stale:
+        _remove_stale(cache_dir, total_ranks)
     for rank in range(total_ranks):
-        if stale:
-            for path in (cache_dir / f"rank_{rank}").glob("kv_*.npy"):
-                path.unlink(missing_ok=True)
         try:
             (cache_dir / f"rank_{rank}").rmdir()
         except OSError:
             pass
+
+
+def _remove_stale(cache_dir: Path, total_ranks: int, quiet_s: float = 2.0, limit_s: float = 10.0) -> None:
+    """Remote ranks can outlive the launcher's teardown by a moment (their daemon stops them
+    once it notices the lost lifeline) and write a few more files: delete until none appear
+    for quiet_s, at most limit_s."""
+    end = time.monotonic() + limit_s
+    quiet_since = time.monotonic()
+    while time.monotonic() < end:
+        found = [p for r in range(total_ranks) for p in (cache_dir / f"rank_{r}").glob("kv_*.npy")]
+        for path in found:
+            path.unlink(missing_ok=True)
+        if found:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        time.sleep(0.2)
