@@ -177,6 +177,26 @@ def test_unresolvable_host_is_named_in_one_line(cli, sim_hosts, results, other_f
 
 
 # -- faults: bounded time, failed leaf, nothing left running ----------------------------------
+def test_failing_remote_rank_is_a_failed_leaf_with_its_error(cli, sim_hosts, results, other_fs_dir, small_config):
+    """Rank 1 (second host) cannot create its cache directory: mpirun ends the job (rank 0 too),
+    exit 6, the trial's failure quotes the rank's error, and that host's record says it reported
+    nothing, so nothing claims its page cache was dropped."""
+    names = sim_hosts.names[:2]
+    (other_fs_dir / "rank_1").write_text("in the way")
+    started = time.monotonic()
+    res = cli(*run_args(results, other_fs_dir, small_config, names))
+    elapsed = time.monotonic() - started
+    assert res.rc == 6 and "partial failure" in res.err and elapsed < 60, res.err
+    leaf, meta = leaf_of(results)
+    assert meta["exit_status"] == 6 and "partial failure" in meta["failure"]
+    summary = json.loads((leaf / "summary.json").read_text())
+    assert "cannot create --cache-dir" in summary["trial_failures"]["1"]["0"]
+    assert "option_1/trial_0/rank_1" in summary["options"]["1"]["missing_files"]
+    _, second = summary["client_hosts"]
+    assert second["rank_hostnames"] == [] and second["page_cache"]["status"].startswith("not dropped: no rank")
+    ranks_gone(sim_hosts)
+
+
 def test_frozen_host_fails_within_bounds(cli, make_sim_cluster, results, other_fs_dir, small_config):
     cluster = make_sim_cluster(2)
     cluster.freeze(cluster.names[1])

@@ -35,7 +35,7 @@ from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefus
                                   PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
-from mlpstorage_py.launch.process import run_logged
+from mlpstorage_py.launch.process import error_line, run_logged
 from mlpstorage_py.results import fs_probe
 from mlpstorage_py.results.code_image import source_root
 from mlpstorage_py.results.io import write_json
@@ -406,8 +406,11 @@ class KVCacheBenchmark(Benchmark):
                         trials.append(read_trial(trial_dir, total))
                         break
                     if code != 0:
-                        failures.setdefault(key, {})[str(trial)] = f"mpirun exited with code {code} (see {err.name})"
-                        log.error(f"option {key} trial {trial}: mpirun exited with code {code}; see {err}")
+                        detail = error_line(err)
+                        failures.setdefault(key, {})[str(trial)] = (f"mpirun exited with code {code}"
+                                                                    f"{': ' + detail if detail else ''} (see {err.name})")
+                        log.error(f"option {key} trial {trial}: mpirun exited with code {code}{': ' + detail if detail else ''}; "
+                                  f"see {err}")
                     trials.append(read_trial(trial_dir, total))
                 aggregate = aggregate_option(key, trials, total)
                 aggregate["name"] = self.table["options"].get(key, {}).get("name", "custom")
