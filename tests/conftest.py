@@ -40,6 +40,10 @@ def isolated(tmp_path, monkeypatch):
     # The tool hashes its own source once per process; other edits to the checkout during a
     # long pytest session would make that cached value stale.
     code_image.own_tree_hash.cache_clear()
+    # The console handler binds sys.stderr when made: give each test its own (pytest swaps it).
+    from mlpstorage_py.results.logs import setup_console
+
+    setup_console()
     yield
     code_image.own_tree_hash.cache_clear()
 

@@ -117,23 +117,40 @@ def tree(root: int) -> set[int]:
 
 
 def stop_tree(child: subprocess.Popen) -> None:
-    """SIGTERM every process of the child's tree, then SIGKILL what is left after GRACE_S."""
-    for sig, grace in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
+    """Stop the child's whole tree. The launcher alone gets SIGTERM first, so an MPI launcher can
+    stop its ranks and remote daemons in order (they would otherwise outlive it by seconds, until
+    they notice their ssh session is gone); after GRACE_S (prterun ignores SIGTERM while it waits
+    on a hung host) the rest of the tree gets SIGTERM, then SIGKILL."""
+    if child.poll() is None:
+        _signal({child.pid}, signal.SIGTERM)
+        _wait_gone(child, {child.pid}, GRACE_S)
+    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
         pids = tree(child.pid) if child.poll() is None else tree(child.pid) - {child.pid}
         if not pids:
             return
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        end = time.monotonic() + grace
-        while time.monotonic() < end:
-            child.poll()
-            if not (tree(child.pid) & pids):
-                return
-            time.sleep(0.1)
+        _signal(pids, sig)
+        if _wait_gone(child, pids, grace):
+            return
+
+
+def _signal(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _wait_gone(child: subprocess.Popen, pids: set[int], grace: float) -> bool:
+    """Wait up to `grace` seconds for all of `pids` to end; reaps the child."""
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        child.poll()
+        if not (tree(child.pid) & pids) and (child.pid not in pids or child.returncode is not None):
+            return True
+        time.sleep(0.1)
     child.poll()
+    return False
 
 
 def require_success(code: int, label: str, stderr_path: Path) -> None:
