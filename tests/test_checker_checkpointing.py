@@ -18,6 +18,9 @@ from test_checker_structure import findings_of, validate_realdata, verdicts
 
 REAL_CKPT = REALDATA / "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC/checkpointing/llama3-8b"
 WRITE_LEAF, READ_LEAF = "20260713_104840", "20260713_105538"
+# The UBIX llama3-8b result: one combined write+read leaf (added to the corpus 2026-12-01).
+REAL_UBIX = REALDATA / "closed/UBIX/results/UbiPower18000_16x15.36TB_NVMe_4xNDR400_3xStorageNode_1hosts256GBMem/checkpointing/llama3-8b"
+UBIX_LEAF = "20260721_160229"
 
 
 def ckpt(root: Path, division: str = "closed") -> list[Path]:
@@ -203,11 +206,21 @@ def test_realdata_llama3_8b_passes_4_3_4_and_4_6(real):
 @needs_realdata
 def test_realdata_warnings_and_gaps_are_true_of_the_data(real):
     _, findings = real
-    # 104.7 GiB per host is not more than 3 x 377 GiB of host memory
-    assert [f.severity for f in of(findings, "4.3.1")] == [WARNING, WARNING]
-    # the system declares both simultaneous flags false (a remapping solution, 22 s)
-    assert [f.severity for f in of(findings, "4.7.4")] == [WARNING]
-    # only the write leaf kept its metadata: the read leaf cannot show args.model or its paths
+    newfw = str(REAL_CKPT) + "/"
+    # NewFW: 104.7 GiB per host is not more than 3 x 377 GiB of host memory (both leaves)
+    assert [(f.severity, Path(f.path).parent.name) for f in of(findings, "4.3.1", newfw)] == [
+        (WARNING, WRITE_LEAF), (WARNING, READ_LEAF)]
+    # UBIX's combined leaf: 104.7 GiB is not more than 3 x its client's 249.4 GiB either
+    [ubix] = of(findings, "4.3.1", str(REAL_UBIX) + "/")
+    assert ubix.severity == WARNING and Path(ubix.path).parent.name == UBIX_LEAF and "249.4 GiB" in ubix.message
+    # no other result draws 4.3.1
+    assert len(of(findings, "4.3.1")) == 3
+    # NewFW's system declares both simultaneous flags false (a remapping solution, 22 s); UBIX's
+    # combined leaf needs no remapping between invocations
+    assert [(f.severity, Path(f.path).name) for f in of(findings, "4.7.4")] == [
+        (WARNING, "Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC.yaml")]
+    # only NewFW's write leaf kept its metadata: the read leaf cannot show args.model or its paths
+    # (UBIX's leaf kept its metadata and draws neither)
     assert [Path(f.path).name for f in of(findings, "4.4.1")] == [READ_LEAF]
     assert [Path(f.path).name for f in of(findings, "4.3.3")] == [READ_LEAF]
 
@@ -217,7 +230,13 @@ def test_realdata_failover_gap_crosses_utc_and_local_time():
     """The write leaf ends in UTC (its post-benchmark collection timestamp); the read leaf
     starts in naive local time (UTC+8, its summary): the gap is 22.8 s, not 8 hours."""
     pkg = Package.load(REALDATA)
-    [(wl, recs)] = rc._by_workload(pkg)
+    workloads = {wl.path: recs for wl, recs in rc._by_workload(pkg)}
+    # NewFW's write and read leaves, and UBIX's single combined leaf (no failover gap to measure)
+    assert set(workloads) == {REAL_CKPT, REAL_UBIX}
+    [ubix] = workloads[REAL_UBIX]
+    assert ubix.path.name == UBIX_LEAF and rc.counts(ubix)[:2] == (10, 10)
+    assert rc._two_invocations(workloads[REAL_UBIX]) is None
+    recs = workloads[REAL_CKPT]
     write, read = rc._two_invocations(recs)
     assert (write.path.name, read.path.name) == (WRITE_LEAF, READ_LEAF)
     assert write.utc_offset == read.utc_offset == timedelta(hours=8)

@@ -27,6 +27,10 @@ from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, pri
 from test_checker_vdb import OURS, validated, verdicts
 
 REAL_KV = REALDATA / "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC/kv_cache/llama3.1-8b/run/20260712_182110"
+# SAMSUNG's llama3.1-8b leaf (added to the corpus 2026-12-01): summary.json and metadata, no per-rank files.
+REAL_KV_SAMSUNG = REALDATA / "closed/SAMSUNG/results/MEMORY_AE/kv_cache/llama3.1-8b/run/20260721_002332"
+# per-Option aggregated_read_bandwidth_gbps as published (the corpus README)
+REAL_KV_READ = {REAL_KV: {"1": 7.98, "2": 1.79, "3": 7.41}, REAL_KV_SAMSUNG: {"1": 13.54, "2": 2.755, "3": 14.11}}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -303,16 +307,26 @@ def real_findings():
     return checker.validate(REALDATA)[1]
 
 
-def of(number: str) -> list:
-    return [f for f in real_findings() if f.rule == number]
+def of(number: str, leaf: Path | None = None) -> list:
+    """The corpus's findings of a rule; with leaf, only those on that leaf or a file inside it."""
+    return [f for f in real_findings() if f.rule == number
+            and (leaf is None or f.path == str(leaf) or f.path.startswith(f"{leaf}/"))]
+
+
+real_kv_leaves = pytest.mark.parametrize("leaf", [REAL_KV, REAL_KV_SAMSUNG], ids=["NewFW", "SAMSUNG"])
 
 
 @needs_realdata
-def test_realdata_kv_cache_reads_as_published():
-    [kv] = rk._leaves(Package.load(REALDATA))
-    assert kv.path == REAL_KV
-    stated = {o: round(kv.option_summary(o)["aggregated_read_bandwidth_gbps"], 2) for o in kv.options}
-    assert stated == {"1": 7.98, "2": 1.79, "3": 7.41}
+def test_realdata_holds_two_kv_cache_leaves():
+    assert [kv.path for kv in rk._leaves(Package.load(REALDATA))] == [REAL_KV, REAL_KV_SAMSUNG]
+
+
+@needs_realdata
+@real_kv_leaves
+def test_realdata_kv_cache_reads_as_published(leaf):
+    [kv] = [kv for kv in rk._leaves(Package.load(REALDATA)) if kv.path == leaf]
+    stated = {o: kv.option_summary(o)["aggregated_read_bandwidth_gbps"] for o in kv.options}
+    assert stated == pytest.approx(REAL_KV_READ[leaf], abs=0.005)
     assert {(kv.option_summary(o)["rank_count"], kv.option_summary(o)["trial_count"]) for o in kv.options} == {(1, 3)}
     # the nine mpirun invocations: Table KVCache-1's values, seed base 42, one rank each
     assert len(kv.invocations) == 9 and {inv.ranks for inv in kv.invocations} == {1}
@@ -321,19 +335,24 @@ def test_realdata_kv_cache_reads_as_published():
     for number in ("6.3.2.1", "6.3.3.1", "6.3.3.2", "6.3.3.3", "6.3.3.4", "6.3.4.4", "6.5.1", "6.5.2", "6.6.1"):
         assert of(number) == [], number
     # the metadata's CLI pins (gpu 16, cpu 32, duration 60, autoscaling) never reached kv-cache.py: information
-    assert [f.severity for f in of("6.3.1.1")] == [INFO] and "gpu_mem_gb=16.0" in of("6.3.1.1")[0].message
-    assert [f.severity for f in of("6.3.2.2")] == [INFO] and "none of the 9 recorded invocations" in of("6.3.2.2")[0].message
-    assert [f.severity for f in of("6.4.1")] == [INFO]
+    assert [f.severity for f in of("6.3.1.1", leaf)] == [INFO] and "gpu_mem_gb=16.0" in of("6.3.1.1", leaf)[0].message
+    assert [f.severity for f in of("6.3.2.2", leaf)] == [INFO] and "none of the 9 recorded invocations" in of("6.3.2.2", leaf)[0].message
+    assert [f.severity for f in of("6.4.1", leaf)] == [INFO]
 
 
 @needs_realdata
-def test_realdata_kv_cache_lacks_rank_files_and_device_latency():
+@real_kv_leaves
+def test_realdata_kv_cache_lacks_rank_files_and_device_latency(leaf):
     # no per-rank file is in the corpus: the aggregates cannot be recomputed (9 = 3 Options x 3 trials x 1 rank)
     for number in ("6.3.4.1", "6.3.4.2"):
-        [f] = of(number)
+        [f] = of(number, leaf)
         assert f.severity == INVALID and "9 per-rank result file(s) missing" in f.message
     # the v3.0 summary states no device-latency aggregates nor how they were formed
-    latency = of("6.3.4.3")
+    latency = of("6.3.4.3", leaf)
     assert {f.severity for f in latency} == {INVALID}
     assert sum("states no aggregated_device_read_p95_ms" in f.message for f in latency) == 3
-    assert [f.severity for f in of("6.3.4.5")] == [INVALID] * 3
+    assert [f.severity for f in of("6.3.4.5", leaf)] == [INVALID] * 3
+    # every 6.x finding of the corpus is on one of its two kv_cache leaves
+    assert all(f.path.startswith((f"{REAL_KV}", f"{REAL_KV_SAMSUNG}"))
+               for number in ("6.3.1.1", "6.3.2.2", "6.3.4.1", "6.3.4.2", "6.3.4.3", "6.3.4.5", "6.4.1")
+               for f in of(number))

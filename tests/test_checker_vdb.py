@@ -24,6 +24,9 @@ from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, pri
 FAMILIES = ("vector_database", "kv_cache")
 OURS = {n for n, r in RULES.items() if r.func.__module__ in (rules_vdb.__name__, rules_kvcache.__name__)}
 REAL_VDB = REALDATA / "closed/TTA/results/seahorse-storage/vector_database/milvus/DISKANN"
+# SAMSUNG's DISKANN result (added to the corpus 2026-12-01): 2 datagen and 5 run leaves with metadata,
+# some config.json / result_verdict.json / recall_stats.json, one native statistics.json; no summary.json.
+REAL_VDB_SAMSUNG = REALDATA / "closed/SAMSUNG/results/MEMORY_AE/vector_database/milvus/DISKANN"
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -251,14 +254,28 @@ def real_findings():
     return checker.validate(REALDATA)[1]
 
 
-def of(number: str) -> list:
-    return [f for f in real_findings() if f.rule == number and "/vector_database/" in f.path]
+def of(number: str, result: Path = REAL_VDB) -> list:
+    """The corpus's findings of a rule on one DISKANN result (TTA's unless told)."""
+    return [f for f in real_findings() if f.rule == number and (f.path == str(result) or f.path.startswith(f"{result}/"))]
+
+
+def real_runs(pkg: Package, result: Path) -> list:
+    return sorted((v for v in rules_vdb._leaves(pkg, "run") if v.leaf.workload_dir == result), key=lambda v: v.path.name)
+
+
+@needs_realdata
+def test_realdata_holds_two_diskann_results():
+    pkg = Package.load(REALDATA)
+    assert {v.leaf.workload_dir for v in rules_vdb._leaves(pkg)} == {REAL_VDB, REAL_VDB_SAMSUNG}
+    assert [len(real_runs(pkg, result)) for result in (REAL_VDB, REAL_VDB_SAMSUNG)] == [5, 5]
+    assert all("/vector_database/" not in f.path or f.path.startswith((str(REAL_VDB), str(REAL_VDB_SAMSUNG)))
+               for f in real_findings())
 
 
 @needs_realdata
 def test_realdata_diskann_passes_the_rules_its_summaries_can_show():
     pkg = Package.load(REALDATA)
-    runs = sorted(rules_vdb._leaves(pkg, "run"), key=lambda v: v.path.name)
+    runs = real_runs(pkg, REAL_VDB)
     assert [round(v.summary["throughput_qps"], 1) for v in runs] == [57922.4, 57619.8, 58009.7, 59245.4, 57669.3]
     assert {v.summary["recall"] for v in runs} == {0.209675}
     assert {(v.summary["num_vectors"], v.summary["dimension"]) for v in runs} == {(1_000_000, 1536)}
@@ -282,3 +299,23 @@ def test_realdata_reports_what_the_published_leaves_lack():
     for number in ("5.4.1", "5.4.2", "5.6.4"):
         assert [f.severity for f in of(number)] == [INVALID] * 6, number
     assert all("no *_metadata.json" in f.message for f in of("5.4.1") + of("5.6.4"))
+
+
+@needs_realdata
+def test_realdata_samsung_diskann_reads_as_published():
+    """SAMSUNG's runs kept no summary.json (the reviewers' finding too), so 5.3.1 fails each of the
+    five; their metadata records a results directory but no storage root (5.4.1, as the reviewers
+    found); the two runs that kept result_verdict.json show full-coverage ground truth (5.3.5)."""
+    pkg = Package.load(REALDATA)
+    runs = real_runs(pkg, REAL_VDB_SAMSUNG)
+    assert [v.path.name for v in runs] == ["20260721_102236", "20260721_102716", "20260721_102834",
+                                           "20260721_102951", "20260721_103108"]
+    assert all(v.summary is None and v.meta is not None for v in runs)
+    assert [(f.severity, Path(f.path).name, f.message) for f in of("5.3.1", REAL_VDB_SAMSUNG)] == [
+        (INVALID, v.path.name, "no summary.json") for v in runs]
+    paths = [f for f in of("5.4.1", REAL_VDB_SAMSUNG) if "/run/" in f.path]
+    assert [(f.severity, Path(f.path).name) for f in paths] == [(INVALID, v.path.name) for v in runs]
+    assert all("no storage root recorded" in f.message for f in paths)
+    assert {Path(f.path).name for f in of("5.3.5", REAL_VDB_SAMSUNG)} == {"20260721_102834", "20260721_102951", "20260721_103108"}
+    # milvus, recorded in the metadata's args, under milvus/: 5.6.2 passes; the tool judged every leaf CLOSED
+    assert of("5.6.2", REAL_VDB_SAMSUNG) == [] and of("5.6.4", REAL_VDB_SAMSUNG) == []

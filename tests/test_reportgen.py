@@ -16,6 +16,10 @@ from mlpstorage_py.report import reportgen, table
 needs_realdata = pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
 NEWFW = "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC"
 ALLUXIO = "closed/Alluxio/results/aws_c7i48xlarge_i3en12xlarge_1c_1s_8a"
+# added to the corpus 2026-12-01
+XSKY = "closed/XSKY/results/XSKY_AIMesh_3StorageNode_1Client"
+UBIX = "closed/UBIX/results/UbiPower18000_16x15.36TB_NVMe_4xNDR400_3xStorageNode_1hosts256GBMem"
+SAMSUNG = "closed/SAMSUNG/results/MEMORY_AE"
 
 
 
@@ -29,7 +33,7 @@ def expected_read_bw(run_dir: Path) -> float:
 
 
 @needs_realdata
-@pytest.mark.parametrize("workload", [f"{NEWFW}/training/unet3d", f"{ALLUXIO}/training/retinanet"])
+@pytest.mark.parametrize("workload", [f"{NEWFW}/training/unet3d", f"{ALLUXIO}/training/retinanet", f"{XSKY}/training/unet3d"])
 def test_training_read_bandwidth_on_published_runs(realdata_copy, workload):
     reportgen.generate(realdata_copy)
     result = json.loads((realdata_copy / workload / "run" / "results.json").read_text())
@@ -58,6 +62,26 @@ def test_checkpointing_and_kv_figures_on_published_leaves(realdata_copy):
     qps = [57922.4, 57619.8, 58009.7, 59245.4, 57669.3]
     assert float(vdb["VDB - Queries per Sec"]) == pytest.approx(sum(qps) / 5, abs=0.1)
     assert float(vdb["VDB - Recall Percentage"]) == pytest.approx(20.9675)
+
+
+@needs_realdata
+def test_figures_of_the_added_results_are_the_published_ones(realdata_copy):
+    """The corpus README's verified figures of XSKY unet3d, UBIX's combined llama3-8b leaf and
+    SAMSUNG kv_cache; every organization gets its tables, SAMSUNG's summary-less VDB result included."""
+    written = reportgen.generate(realdata_copy)
+    xsky = json.loads((realdata_copy / XSKY / "training/unet3d/run/results.json").read_text())["figures"]
+    assert xsky["read_bw_gib_s"] == pytest.approx(67.73118324220155, abs=1e-9)
+    ubix = json.loads((realdata_copy / UBIX / "checkpointing/llama3-8b/results.json").read_text())["figures"]
+    assert ubix["write_bw_gib_s"] == 39.43581878409022 and ubix["read_bw_gib_s"] == 45.815375362359205
+    rows = list(csv.DictReader(open(realdata_copy / "closed/SAMSUNG/results/results.csv")))
+    kv = next(r for r in rows if r["Benchmark Type"] == "KVCache")
+    assert float(kv["KVCache llama3.1-8b Storage Only - Read B/W (GiB/s)"]) == pytest.approx(13.54, abs=0.005)
+    assert float(kv["KVCache llama3.1-8b Storage + Mem - Read B/W (GiB/s)"]) == pytest.approx(2.755, abs=0.005)
+    assert float(kv["KVCache llama3.1-70b Storage Only - Read B/W (GiB/s)"]) == pytest.approx(14.11, abs=0.005)
+    assert realdata_copy / SAMSUNG / "vector_database/milvus/DISKANN/run/results.json" in written
+    for org in ("Alluxio", "NewFW", "TTA", "XSKY", "UBIX", "SAMSUNG"):
+        assert realdata_copy / "closed" / org / "results/results.csv" in written, org
+        assert realdata_copy / "closed" / org / "submission.yaml" in written, org
 
 
 @needs_realdata
