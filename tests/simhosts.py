@@ -153,6 +153,21 @@ class SimCluster:
         if pid:
             os.kill(pid, signal.SIGCONT)
 
+    def running(self, marker: bytes, hosts: list[str] | None = None) -> dict[str, list[int]]:
+        """Per host (all, or those named), the processes whose command line contains `marker`."""
+        found: dict[str, list[int]] = {}
+        for host in self.hosts:
+            if hosts is not None and host.name not in hosts:
+                continue
+            found[host.name] = []
+            for pid in host.pids():
+                try:
+                    if marker in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        found[host.name].append(pid)
+                except OSError:
+                    continue
+        return found
+
     def stray_processes(self, settle_s: float = 10.0) -> list[int]:
         """Processes left in the hosts' namespaces other than their sshd listeners, after
         giving sessions that are closing up to `settle_s` to end."""

@@ -6,10 +6,8 @@ checks the exit code and the failed leaf, and that no process of ours survives o
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -172,16 +170,4 @@ def test_sigint_mid_run_on_remote_ranks(results, other_fs_dir, sim_hosts, tmp_pa
 
 def _dlio_ranks_running(cluster, hosts: list[str]) -> bool:
     """A DLIO rank process is alive inside every one of the given hosts' namespaces."""
-    for name in hosts:
-        found = False
-        for pid in cluster.host(name).pids():
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"mlpstorage_py.benchmarks.dlio_rank" in cmdline:
-                found = True
-                break
-        if not found:
-            return False
-    return True
+    return all(cluster.running(b"mlpstorage_py.benchmarks.dlio_rank", hosts).values())

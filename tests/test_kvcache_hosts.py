@@ -17,19 +17,14 @@ import yaml
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 
+from test_kvcache_cli import SMALL
+
 from mlpstorage_py.benchmarks import kvcache, kvcache_hosts
 from mlpstorage_py.benchmarks.base import Request
 from mlpstorage_py.errors import BenchmarkFailed, GateRefused
 
 pytestmark = pytest.mark.heavy
 
-SMALL = {
-    "user_templates": {
-        "chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 128], "think_time_s": [0.0, 0.02], "weight": 1},
-        "coding": {"weight": 0}, "document": {"weight": 0}},
-    "prefix_cache": {"system_prompt_tokens": [32, 128]},
-    "conversation": {"turn_tokens": [16, 64], "max_context_tokens": 2048},
-}
 UNRESOLVABLE = "mlps-no-such-host-x9"
 
 
@@ -56,15 +51,7 @@ def leaf_of(results: Path) -> tuple[Path, dict]:
 
 def kv_processes(cluster) -> list[int]:
     """kv-cache.py ranks running on the cluster's hosts."""
-    found = []
-    for host in cluster.hosts:
-        for pid in host.pids():
-            try:
-                if b"kv-cache.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(pid)
-            except OSError:
-                pass
-    return found
+    return [pid for pids in cluster.running(b"kv-cache.py").values() for pid in pids]
 
 
 def ranks_gone(cluster, settle_s: float = 10.0) -> float:

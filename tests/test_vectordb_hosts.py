@@ -9,13 +9,11 @@ leaf reports are recomputed here from the per-rank files and from vectors regene
 
 from __future__ import annotations
 
-import fcntl
 import json
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,13 +132,6 @@ try:
     import milvus
 except ImportError:  # the refusal tests above need no server
     milvus = None
-BIN_CACHE = Path(tempfile.gettempdir()) / f"mlpstorage-test-milvus-{getattr(milvus, '__version__', 'x')}-bin"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -165,19 +156,10 @@ def loaded(_sim_cluster, tmp_path_factory):
 
     if milvus is None:
         pytest.skip("the PyPI `milvus` server package is not installed")
+    from test_vectordb_server import start_server
+
     base = tmp_path_factory.mktemp("milvus-hosts")
-    BIN_CACHE.mkdir(exist_ok=True)
-    (base / "bin").symlink_to(BIN_CACHE, target_is_directory=True)
-    srv = milvus.MilvusServer()
-    srv.set_base_dir(str(base))
-    srv.listen_port = free_port()
-    with open(BIN_CACHE.parent / f"{BIN_CACHE.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one unpacking at a time
-        try:
-            srv.start()
-        except Exception as exc:  # noqa: BLE001 - a machine that cannot run it
-            srv.stop()
-            pytest.skip(f"the Milvus server did not start: {exc}")
+    srv = start_server(base)
     home = tmp_path_factory.mktemp("vdb-hosts-home")
     try:
         with pytest.MonkeyPatch.context() as mp:
@@ -377,15 +359,7 @@ def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
 
 def rank_pids(sim_hosts) -> list[int]:
     """Query ranks alive on the simulated hosts."""
-    found = []
-    for host in sim_hosts.hosts:
-        for pid in host.pids():
-            try:
-                if b"mlpstorage_py.vectordb.rank" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(pid)
-            except OSError:
-                continue
-    return found
+    return [pid for pids in sim_hosts.running(b"mlpstorage_py.vectordb.rank").values() for pid in pids]
 
 
 @pytest.mark.heavy

@@ -28,9 +28,9 @@ def free_port() -> int:
 BIN_CACHE = Path(tempfile.gettempdir()) / f"mlpstorage-test-milvus-{getattr(milvus, '__version__', 'x')}-bin"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    base = tmp_path_factory.mktemp("milvus-server")
+def start_server(base: Path):
+    """A Milvus 2.3.5 standalone server in `base` on a free port (its binaries unpacked once per
+    machine into BIN_CACHE); skips the test where it cannot start."""
     BIN_CACHE.mkdir(exist_ok=True)
     (base / "bin").symlink_to(BIN_CACHE, target_is_directory=True)
     srv = milvus.MilvusServer()
@@ -43,6 +43,13 @@ def server(tmp_path_factory):
         except Exception as exc:  # noqa: BLE001 - a machine that cannot run it
             srv.stop()
             pytest.skip(f"the Milvus server did not start: {exc}")
+    return srv
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("milvus-server")
+    srv = start_server(base)
     yield srv
     srv.stop()
     shutil.rmtree(base, ignore_errors=True)  # etcd and segment data, a few hundred MB

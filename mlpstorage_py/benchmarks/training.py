@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import yaml
 from mlpstorage_py import __version__
 from mlpstorage_py.benchmarks import datasets, dlio, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotFoundError
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
