@@ -106,7 +106,7 @@ def run(bench: Benchmark) -> int:
 
 def _survey_hosts(bench: Benchmark, plan: Plan, metadata: dict[str, Any], results_dir: Path) -> None:
     """Every client host answers ssh (in parallel, one deadline) and is described once, over the
-    launch layout the engine will use; recorded in the metadata even when this step fails."""
+    launch layout the engine will use; a host that fails either leaves a failed leaf naming it."""
     layout = bench.launch_layout(plan)
     if layout is None:
         return
