@@ -25,7 +25,7 @@ import yaml
 
 from mlpstorage_py.checker.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.checker.package import Leaf, Package
-from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
+from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.rules_structure import (
     LeafRecord, as_int, as_number, checker_of, dig, record, sanctioned, system_description)
 from mlpstorage_py.rules import tables
@@ -121,9 +121,96 @@ class Vdb:
                 return found, where
         return None, "nowhere"
 
+    @functools.cached_property
+    def native(self) -> tuple[dict | None, str | None]:
+        """The engine's native statistics.json (vdbbench writes it at the leaf root or under
+        vectordb/<phase>/): (object, its path relative to the leaf), or (None, None)."""
+        paths = [self.path / "statistics.json"]
+        paths += [d / "statistics.json" for _, kind, d in entries(self.path / "vectordb") if kind == DIR]
+        for path in paths:
+            if real_file(path):
+                data, problem = load_json(path)
+                if problem is None and isinstance(data, dict):
+                    return data, path.relative_to(self.path).as_posix()
+        return None, None
+
+    @functools.cached_property
+    def verdict(self) -> dict | None:
+        """result_verdict.json when it is a readable JSON object."""
+        path = self.path / "result_verdict.json"
+        if not real_file(path):
+            return None
+        data, problem = load_json(path)
+        return data if problem is None and isinstance(data, dict) else None
+
+    def fact(self, name: str) -> tuple[Any, str]:
+        """One recorded fact (dimension, num_vectors, index_type, collection) from the first file
+        the reference tool writes it to: summary.json, the resolved parameters, config.json's own
+        keys, the metadata's args and top level; (None, "nowhere") when none records it."""
+        config, _ = self.config
+        params, params_from = self.parameters
+        sources = {
+            "dimension": [("summary.json", dig(self.summary, "dimension")),
+                          (params_from, dig(params, "dataset", "dimension")),
+                          ("config.json vector_dim", dig(config, "vector_dim")),
+                          ("config.json dimension", dig(config, "dimension")),
+                          ("metadata args.dimension", dig(self.meta, "args", "dimension")),
+                          ("metadata args.vector_dim", dig(self.meta, "args", "vector_dim")),
+                          ("metadata dimension", dig(self.meta, "dimension")),
+                          ("metadata vector_dim", dig(self.meta, "vector_dim"))],
+            "num_vectors": [("summary.json", dig(self.summary, "num_vectors")),
+                            (params_from, dig(params, "dataset", "num_vectors")),
+                            ("config.json num_vectors", dig(config, "num_vectors")),
+                            ("metadata args.num_vectors", dig(self.meta, "args", "num_vectors")),
+                            ("metadata num_vectors", dig(self.meta, "num_vectors"))],
+            "index_type": [("summary.json", dig(self.summary, "index_type")),
+                           (params_from, dig(params, "index", "index_type")),
+                           ("config.json index_type", dig(config, "index_type")),
+                           ("metadata args.index_type", dig(self.meta, "args", "index_type")),
+                           ("metadata index_type", dig(self.meta, "index_type")),
+                           ("metadata args.vdb_index", dig(self.meta, "args", "vdb_index")),
+                           ("metadata vdb_index", dig(self.meta, "vdb_index"))],
+            "collection": [("summary.json", dig(self.summary, "collection_name")),
+                           (params_from, dig(params, "dataset", "collection_name")),
+                           ("config.json collection_name", dig(config, "collection_name")),
+                           ("metadata args.collection", dig(self.meta, "args", "collection")),
+                           ("metadata collection", dig(self.meta, "collection"))],
+        }[name]
+        for where, value in sources:
+            if value is not None and value != "":
+                return value, where
+        return None, "nowhere"
+
     def index_type(self) -> tuple[str | None, str]:
-        value, where = self.value("index_type", "index", "index_type")
+        value, where = self.fact("index_type")
         return (str(value), where) if value is not None else (None, where)
+
+    def collection_size(self) -> tuple[int | None, str]:
+        """The vectors the queried collection held: summary inserted_vectors, else the ground-truth
+        copy's total in result_verdict.json (vdbbench reads the collection's num_entities)."""
+        if self.leaf.command == "run":
+            found = as_int(dig(self.summary, "inserted_vectors"))
+            if found is not None:
+                return found, "summary.json inserted_vectors"
+            found = as_int(dig(self.verdict, "flat_setup", "total_vectors"))
+            if found is not None:
+                return found, "result_verdict.json flat_setup.total_vectors"
+        return None, "nowhere"
+
+    def missing_summary(self) -> str:
+        """Why summary.json gives nothing, with the rule that reports it (once)."""
+        why = self.summary_problem or "summary.json records nothing"
+        return f"{why} (reported under 5.3.1)" if self.leaf.command == "run" else f"{why} in the datagen leaf"
+
+    def named_outputs(self) -> list[tuple[str, bool]]:
+        """(file name, present) of the stdout/stderr logs the metadata's command_output_files names."""
+        found = []
+        for item in dig(self.meta, "command_output_files") or []:
+            for key in ("stdout", "stderr"):
+                name = PurePosixPath(str(dig(item, key) or "")).name if isinstance(item, dict) else ""
+                if name and name not in [n for n, _ in found]:
+                    found.append((name, real_file(self.path / name)))
+        return found
 
     def evidence_problem(self) -> str:
         """Why neither config.json nor the metadata can be read, for 'cannot check' messages."""
@@ -158,6 +245,11 @@ def _cannot(number: str, v: Vdb, what: str, why: str | None = None) -> Finding:
     return finding(number, INVALID, path, f"cannot check {what}: {why}")
 
 
+def _not_checked(number: str, v: Vdb, what: str, why: str, path: Path | None = None) -> Finding:
+    """Missing evidence is not evidence of failure: a WARNING that names what is absent."""
+    return finding(number, WARNING, path or v.path, f"not checked: no file records {what} ({why})")
+
+
 def _number(value: Any) -> float | None:
     number = as_number(value)
     return number if number is not None and math.isfinite(number) else None
@@ -174,8 +266,8 @@ def _datagen_for(pkg: Package, run: Vdb) -> tuple[list[Vdb], str | None]:
         return match, None if match else f"the run names datagen leaf {wanted}, which {run.index_dir}/datagen/ does not hold"
     if not gens:
         return [], f"{run.engine}/{run.index_dir}/datagen/ holds no datagen (load) leaf"
-    collection = dig(run.summary, "collection_name") or run.param("dataset", "collection_name")
-    same = [g for g in gens if collection and (dig(g.summary, "collection_name") or g.param("dataset", "collection_name")) == collection]
+    collection, _ = run.fact("collection")
+    same = [g for g in gens if collection and g.fact("collection")[0] == collection]
     return same or gens, None
 
 
@@ -197,16 +289,34 @@ def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
     return [(int(n), int(d)) for n, d in scales], "configs/vectordb/default.yaml sanctioned_scales"
 
 
+def _declared(pkg: Package, v: Vdb) -> tuple[int | None, str]:
+    """num_vectors: the leaf's own record, else (a run) its load leaf's when they agree."""
+    n, where = v.fact("num_vectors")
+    if as_int(n) is not None or v.leaf.command != "run":
+        return as_int(n), where
+    gens, _ = _datagen_for(pkg, v)
+    loaded = {as_int(g.fact("num_vectors")[0]) for g in gens} - {None}
+    if len(loaded) == 1:
+        return loaded.pop(), f"datagen {', '.join(g.path.name for g in gens)} {gens[0].fact('num_vectors')[1]}"
+    return None, "nowhere"
+
+
 @rule("5.1.1", "vdbDatasetScale")
 def dataset_scale(pkg: Package) -> Iterable[Finding]:
-    """Each run's num_vectors x dimension is one of the defined scales."""
+    """Each run's num_vectors x dimension is one of the defined scales (read from summary.json,
+    config.json, the metadata, result_verdict.json's collection total or the paired load)."""
     told: set[Path] = set()
     for v in _leaves(pkg, "run"):
-        n, n_from = v.value("num_vectors", "dataset", "num_vectors")
-        dim, dim_from = v.value("dimension", "dataset", "dimension")
-        n, dim = as_int(n), as_int(dim)
+        n, n_from = _declared(pkg, v)
+        if n is None:
+            n, n_from = v.collection_size()
+        dim, dim_from = v.fact("dimension")
+        dim = as_int(dim)
         if n is None or dim is None:
-            yield _cannot("5.1.1", v, "the dataset scale", v.summary_problem or "summary.json and config.json record no num_vectors/dimension")
+            what = " and ".join(w for w, x in (("num_vectors", n), ("dimension", dim)) if x is None)
+            yield _not_checked("5.1.1", v, f"the dataset scale ({what})",
+                               f"{v.missing_summary() if v.summary is None else 'summary.json records none'}; "
+                               "config.json, the metadata, result_verdict.json and the load leaf record none either")
             continue
         scales, source = scale_table(v.checker)
         if scales is None:
@@ -216,16 +326,20 @@ def dataset_scale(pkg: Package) -> Iterable[Finding]:
             continue
         if (n, dim) not in scales:
             named = ", ".join(f"{a:,} x {b}" for a, b in scales)
-            yield finding("5.1.1", INVALID, v.rec.summary_path, f"{n:,} vectors x {dim} dimensions is not a defined scale ({named}; {source})")
+            yield finding("5.1.1", INVALID, v.rec.summary_path if v.summary is not None else v.path,
+                          f"{n:,} vectors ({n_from}) x {dim} dimensions ({dim_from}) is not a defined scale ({named}; {source})")
 
 
 @rule("5.1.2", "vdbDimensionConsistency")
 def dimension_consistency(pkg: Package) -> Iterable[Finding]:
-    """Each run's dimension equals the dimension its datagen (load) summary recorded."""
+    """Each run's dimension equals the dimension its datagen (load) leaf recorded."""
     for run in _leaves(pkg, "run"):
-        dim = as_int(dig(run.summary, "dimension"))
+        dim, dim_from = run.fact("dimension")
+        dim = as_int(dim)
         if dim is None:
-            yield _cannot("5.1.2", run, "the dimension", run.summary_problem or "summary.json records no dimension")
+            yield _not_checked("5.1.2", run, "the run's dimension",
+                               f"{run.missing_summary() if run.summary is None else 'summary.json records none'}; "
+                               "config.json and the metadata record none either")
             continue
         gens, problem = _datagen_for(pkg, run)
         if problem:
@@ -233,58 +347,110 @@ def dimension_consistency(pkg: Package) -> Iterable[Finding]:
             continue
         loaded = {}
         for gen in gens:
-            if gen.summary is None:
-                yield finding("5.1.2", INVALID, gen.rec.summary_path, f"cannot read the load dimension: {gen.summary_problem}")
+            value, where = gen.fact("dimension")
+            if as_int(value) is None:
+                yield _not_checked("5.1.2", gen, "the load dimension",
+                                   f"{gen.missing_summary() if gen.summary is None else 'summary.json records none'}; "
+                                   "the metadata records none either")
                 continue
-            loaded[gen.path.name] = as_int(gen.summary.get("dimension"))
-        if loaded and dim not in loaded.values():
-            shown = ", ".join(f"{name}: {d}" for name, d in sorted(loaded.items()))
-            yield finding("5.1.2", INVALID, run.rec.summary_path, f"the run queried {dim}-dimensional vectors; the load recorded {shown}")
+            loaded[gen.path.name] = (as_int(value), where)
+        if loaded and dim not in {d for d, _ in loaded.values()}:
+            shown = ", ".join(f"{name}: {d} ({w})" for name, (d, w) in sorted(loaded.items()))
+            yield finding("5.1.2", INVALID, run.rec.summary_path if run.summary is not None else run.path,
+                          f"the run queried {dim}-dimensional vectors ({dim_from}); the load recorded {shown}")
 
 
 # --- 5.2 load ------------------------------------------------------------------------------
 
 @rule("5.2.1", "vdbCollectionPopulated")
 def collection_populated(pkg: Package) -> Iterable[Finding]:
-    """Datagen inserted exactly num_vectors vectors (and a run's collection held them)."""
+    """Datagen inserted exactly num_vectors vectors (and a run's collection held them). Only a
+    recorded shortfall fails (the rule fails "on a shortfall"); an unrecorded count is a WARNING."""
     for v in _leaves(pkg):
         summary = v.summary
-        if summary is None:
-            if v.leaf.command == "datagen":
-                yield _cannot("5.2.1", v, "the inserted vector count")
-            continue
-        inserted, declared = as_int(summary.get("inserted_vectors")), as_int(summary.get("num_vectors"))
-        if inserted is None or declared is None:
-            if v.leaf.command == "datagen":
-                yield finding("5.2.1", INVALID, v.rec.summary_path, "the load summary records no inserted_vectors or no num_vectors")
-            continue
+        if v.leaf.command == "datagen":
+            inserted, declared = as_int(dig(summary, "inserted_vectors")), as_int(dig(summary, "num_vectors"))
+            if declared is None:
+                declared = as_int(v.fact("num_vectors")[0])
+            if inserted is None or declared is None:
+                why = v.missing_summary() if summary is None else "the load summary records no inserted_vectors or no num_vectors"
+                yield _not_checked("5.2.1", v, "the inserted vector count", why)
+                continue
+            what, path = "inserted", v.rec.summary_path
+        else:
+            inserted, held_from = v.collection_size()
+            declared, _ = _declared(pkg, v)
+            if inserted is None or declared is None:
+                continue  # a run need not restate the load; the datagen leaf is judged above
+            what = "the collection the run queried held" + ("" if held_from.startswith("summary") else f" ({held_from})")
+            path = v.rec.summary_path if held_from.startswith("summary") else v.path / "result_verdict.json"
         if inserted != declared:
-            what = "inserted" if v.leaf.command == "datagen" else "the collection the run queried held"
             short = "a shortfall" if inserted < declared else "more than declared"
-            yield finding("5.2.1", INVALID, v.rec.summary_path, f"{what} {inserted:,} vectors; num_vectors is {declared:,} ({short})")
+            yield finding("5.2.1", INVALID, path, f"{what} {inserted:,} vectors; num_vectors is {declared:,} ({short})")
+
+
+LOAD_LINE = re.compile(r"\b(?:insert(?:ed|ing)?|flush(?:ed|ing)?|load(?:ed|ing)?)\b.*\bvectors?\b|\bvectors?\b.*\b(?:insert(?:ed)?|flush(?:ed)?)\b",
+                       re.IGNORECASE)
+NOT_DONE = re.compile(r"\b(?:wait(?:ing)?|until|request(?:ed|ing)?|issu(?:ed|ing)|creat(?:e|ed|ing)|start(?:ed|ing)?|begin|will)\b",
+                      re.IGNORECASE)
+
+
+def _log_build_done(text: str) -> bool:
+    """A completion line of the index build that comes after the last load record: a line
+    printed when the build was requested (upstream creates the index on the empty collection
+    first) or one followed by more inserts is no evidence that the loaded data was indexed."""
+    last_load, done = -1, -1
+    for number, line in enumerate(text.splitlines()):
+        if INDEX_DONE.search(line) and not NOT_DONE.search(line):
+            done = number
+        elif LOAD_LINE.search(line):
+            last_load = number
+    return done > last_load
+
+
+def _when(value: Any):
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _build_record(gen: Vdb) -> str | None:
-    """Why the load output shows no completed index build, or None."""
+    """Why the load output shows no completed index build of the loaded data, or None."""
     build = dig(gen.summary, "index_build")
     if isinstance(build, dict):
         state = str(build.get("state", "")).lower()
         indexed, total = as_int(build.get("indexed_rows")), as_int(build.get("total_rows"))
         pending = as_int(build.get("pending_index_rows"))
+        inserted = as_int(dig(gen.summary, "inserted_vectors"))
         if state and state not in ("finished", "completed", "done"):
             return f"the index build ended in state {build.get('state')!r}"
         if pending:
             return f"{pending:,} rows were still pending indexing"
         if indexed is not None and total is not None and indexed < total:
             return f"{indexed:,} of {total:,} rows were indexed"
+        if inserted is not None and (indexed if indexed is not None else total) is not None \
+                and (indexed if indexed is not None else total) < inserted:
+            return (f"the index-build record covers {(indexed if indexed is not None else total):,} rows but {inserted:,} "
+                    "were loaded: it predates the load and shows no build of the loaded data")
+        load_end, build_end = _when(dig(gen.summary, "load", "end")), _when(build.get("end") or build.get("served_ready"))
+        if load_end and build_end and build_end < load_end:
+            return f"the index build ended ({build_end.isoformat()}) before the load did ({load_end.isoformat()})"
         return None
+    read, absent = [], []
     for name, kind, path in entries(gen.path):
         if kind == FILE and name.endswith(".log"):
             text, _ = read_text(path, LOG_LIMIT)
-            if text and INDEX_DONE.search(text):
+            if text and _log_build_done(text):
                 return None
-    return "the load output holds no index-build record (summary.json index_build, or a completion line in its log)"
-
+            read.append(name)
+    absent = [name for name, present in gen.named_outputs() if not present]
+    where = "no summary.json index_build" if gen.summary is None else "summary.json has no index_build"
+    logs = f"{', '.join(read)} hold{'s' if len(read) == 1 else ''} no completion line after the load" if read else "no log in the leaf"
+    gone = f"; {', '.join(absent)}, named in the metadata, {'is' if len(absent) == 1 else 'are'} absent" if absent else ""
+    return f"the load output holds no index-build record of the loaded data ({where}; {logs}{gone})"
 
 
 def _compaction(gen: Vdb) -> str | None:
@@ -301,14 +467,13 @@ def _compaction(gen: Vdb) -> str | None:
 
 @rule("5.2.2", "vdbIndexBuildCompleted")
 def index_build(pkg: Package) -> Iterable[Finding]:
-    """The load records a completed index build (and compaction when configured), of the run's index type."""
+    """The load output records a completed index build of the loaded data (and compaction when
+    configured), of the run's index type. The rule makes the record itself mandatory ("must
+    confirm an index-build / compaction record is present in the load output"): none is INVALID."""
     for gen in _leaves(pkg, "datagen"):
-        if gen.summary is None:
-            yield _cannot("5.2.2", gen, "the index build")
-            continue
         for problem in (_build_record(gen), _compaction(gen)):
             if problem:
-                yield finding("5.2.2", INVALID, gen.rec.summary_path, problem)
+                yield finding("5.2.2", INVALID, gen.rec.summary_path if gen.summary is not None else gen.path, problem)
     for run in _leaves(pkg, "run"):
         kind, _ = run.index_type()
         before = dig(run.summary, "served_by", "before")
@@ -320,10 +485,12 @@ def index_build(pkg: Package) -> Iterable[Finding]:
         gens, problem = _datagen_for(pkg, run)
         if problem:
             continue  # 5.1.2 reports the missing pairing
-        loaded = {g.path.name: dig(g.summary, "index_type") for g in gens if g.summary is not None}
-        if loaded and kind not in {str(t) for t in loaded.values()}:
-            shown = ", ".join(f"{n}: {t}" for n, t in sorted(loaded.items()))
-            yield finding("5.2.2", INVALID, run.rec.summary_path, f"the run used index type {kind}; the load built {shown}")
+        loaded = {g.path.name: g.index_type() for g in gens}
+        loaded = {name: found for name, found in loaded.items() if found[0] is not None}
+        if loaded and kind not in {t for t, _ in loaded.values()}:
+            shown = ", ".join(f"{n}: {t} ({w})" for n, (t, w) in sorted(loaded.items()))
+            yield finding("5.2.2", INVALID, run.rec.summary_path if run.summary is not None else run.path,
+                          f"the run used index type {kind}; the load built {shown}")
 
 
 # --- 5.3 runs ------------------------------------------------------------------------------
@@ -347,10 +514,11 @@ def run_count(pkg: Package) -> Iterable[Finding]:
 
 def _recall(v: Vdb) -> tuple[Any, str]:
     for key in ("recall", "mean_recall"):
-        if dig(v.summary, key) is not None:
+        if dig(v.summary, key) is not None and not isinstance(dig(v.summary, key), dict):
             return dig(v.summary, key), f"summary.json {key}"
-    if dig(v.summary, "recall_stats", "mean_recall") is not None:
-        return dig(v.summary, "recall_stats", "mean_recall"), "summary.json recall_stats.mean_recall"
+    for key in ("recall_stats", "recall"):
+        if dig(v.summary, key, "mean_recall") is not None:
+            return dig(v.summary, key, "mean_recall"), f"summary.json {key}.mean_recall"
     per_backend = [d / "recall_stats.json" for _, kind, d in entries(v.path / "vectordb") if kind == DIR]
     for path in [v.path / "recall_stats.json", *per_backend]:
         if real_file(path):
@@ -360,6 +528,9 @@ def _recall(v: Vdb) -> tuple[Any, str]:
             value = dig(data, "mean_recall")
             if value is not None:
                 return value, f"{path.relative_to(v.path)} mean_recall"
+    native, native_from = v.native
+    if v.summary is None and dig(native, "recall", "mean_recall") is not None:
+        return dig(native, "recall", "mean_recall"), f"{native_from} recall.mean_recall"
     return None, "nowhere"
 
 
@@ -373,6 +544,9 @@ def recall_reported(pkg: Package) -> Iterable[Finding]:
             value, where = _recall(v)
             recall = _number(value)
             if recall is None:
+                if v.summary is None and where == "nowhere":
+                    yield _not_checked("5.3.2", v, "the recall", f"{v.missing_summary()}; no recall_stats.json or statistics.json")
+                    continue
                 why = where if where != "nowhere" else (v.summary_problem or "summary.json and recall_stats.json report no recall")
                 yield finding("5.3.2", INVALID, v.rec.summary_path, f"no recall reported: {why}")
                 continue
@@ -388,14 +562,24 @@ def recall_reported(pkg: Package) -> Iterable[Finding]:
                                                    f"recall {min(seen):.6g} to {max(seen):.6g} reported, not judged")
 
 
+def _run_record(v: Vdb) -> tuple[dict | None, str]:
+    """The run's query figures: summary.json, else (no readable summary, reported under 5.3.1)
+    the engine's native statistics.json that summary.json is a copy of."""
+    if v.summary is not None:
+        return v.summary, "summary.json"
+    native, native_from = v.native
+    return (native, native_from) if native is not None else (None, "nowhere")
+
+
 def _issued(v: Vdb) -> tuple[int | None, str]:
+    record, source = _run_record(v)
     for key in ("query_count", "total_queries"):
-        count = as_int(dig(v.summary, key))
+        count = as_int(dig(record, key))
         if count is not None:
-            return count, key
-    qps, seconds = _number(dig(v.summary, "throughput_qps")), _number(dig(v.summary, "total_time_seconds"))
+            return count, f"{source} {key}"
+    qps, seconds = _number(dig(record, "throughput_qps")), _number(dig(record, "total_time_seconds"))
     if qps is not None and seconds is not None:
-        return round(qps * seconds), "throughput_qps x total_time_seconds"
+        return round(qps * seconds), f"{source} throughput_qps x total_time_seconds"
     return None, "nowhere"
 
 
@@ -408,16 +592,21 @@ def query_count(pkg: Package) -> Iterable[Finding]:
         for v in runs:
             issued, where = _issued(v)
             if issued is None:
-                yield _cannot("5.3.3", v, "the issued queries", v.summary_problem or
-                              "summary.json records no query_count, total_queries or throughput_qps x total_time_seconds")
+                if v.summary is None:
+                    yield _not_checked("5.3.3", v, "the issued queries", f"{v.missing_summary()}; no statistics.json")
+                else:
+                    yield finding("5.3.3", INVALID, v.rec.summary_path, "cannot check the issued queries: summary.json records "
+                                  "no query_count, total_queries or throughput_qps x total_time_seconds")
                 continue
             counts.append(issued)
-            mode = dig(v.summary, "mode") or v.param("run", "mode")
-            requested = as_int(dig(v.summary, "queries_requested")) or as_int(v.param("run", "queries"))
+            path = v.rec.summary_path if v.summary is not None else v.path
+            mode = dig(v.summary, "mode") or v.param("run", "mode") or dig(v.meta, "args", "benchmark_mode")
+            requested = as_int(dig(v.summary, "queries_requested")) or as_int(v.param("run", "queries")) \
+                or as_int(dig(v.meta, "args", "queries"))
             if mode == "query_count" and requested is not None and issued < requested:
-                yield finding("5.3.3", INVALID, v.rec.summary_path, f"{issued:,} queries issued ({where}); --queries asked for {requested:,}")
+                yield finding("5.3.3", INVALID, path, f"{issued:,} queries issued ({where}); --queries asked for {requested:,}")
             if minimum is not None and issued < minimum:
-                yield finding("5.3.3", INVALID, v.rec.summary_path, f"{issued:,} queries issued, fewer than the minimum {minimum:,}")
+                yield finding("5.3.3", INVALID, path, f"{issued:,} queries issued, fewer than the minimum {minimum:,}")
         if counts and minimum is None:
             yield finding("5.3.3", INFO, workload, f"the minimum-query table is not defined for this edition; "
                                                    f"{min(counts):,} to {max(counts):,} queries issued, not judged")
@@ -425,19 +614,24 @@ def query_count(pkg: Package) -> Iterable[Finding]:
 
 @rule("5.3.4", "vdbMetricsReported")
 def metrics_reported(pkg: Package) -> Iterable[Finding]:
-    """Each run's summary.json reports throughput_qps and the mean/p95/p99/p999 latencies."""
+    """Each run's summary.json reports throughput_qps and the mean/p95/p99/p999 latencies; a run
+    whose summary.json is missing (5.3.1) is read from its native statistics.json."""
     for v in _leaves(pkg, "run"):
-        if v.summary is None:
-            yield _cannot("5.3.4", v, "the reported metrics")
+        record, source = _run_record(v)
+        if record is None:
+            yield _not_checked("5.3.4", v, "the reported metrics", f"{v.missing_summary()}; no statistics.json")
             continue
-        missing = [k for k in METRIC_KEYS if _number(v.summary.get(k)) is None]
+        missing = [k for k in METRIC_KEYS if _number(record.get(k)) is None]
         if missing:
-            yield finding("5.3.4", INVALID, v.rec.summary_path, f"summary.json does not report {', '.join(missing)}")
+            path = v.rec.summary_path if v.summary is not None else v.path / source
+            yield finding("5.3.4", INVALID, path, f"{source} does not report {', '.join(missing)}")
 
 
 @rule("5.3.5", "vdbGroundTruthIntegrity")
 def ground_truth(pkg: Package) -> Iterable[Finding]:
-    """Each run's recall was scored against ground truth covering every vector of the dataset."""
+    """Each run's recall was scored against ground truth covering every vector of the dataset.
+    A failed or partial ground truth is INVALID; a run that records none is a WARNING (the rule
+    fails "a run whose ground truth failed to build, or that covers fewer than all" vectors)."""
     for v in _leaves(pkg, "run"):
         evidence = False
         verdict_path = v.path / "result_verdict.json"
@@ -471,8 +665,8 @@ def ground_truth(pkg: Package) -> Iterable[Finding]:
                 yield finding("5.3.5", INVALID, v.rec.summary_path,
                     f"the ground truth does not cover the dataset exactly: {', '.join(problems)}")
         if not evidence:
-            yield finding("5.3.5", INVALID, v.path, "no ground-truth record: neither result_verdict.json (flat_setup) nor "
-                                                    "summary.json ground_truth shows the recall was scored against complete ground truth")
+            yield _not_checked("5.3.5", v, "the ground truth's coverage",
+                               "no result_verdict.json flat_setup and no summary.json ground_truth")
 
 
 # --- 5.4 / 5.5 storage ----------------------------------------------------------------------
@@ -494,7 +688,8 @@ def path_args(pkg: Package) -> Iterable[Finding]:
         if _api(pkg, v) == "object":
             continue  # 5.5.1 validates the backend instead
         if v.parameters[0] is None and v.meta is None:
-            yield finding("5.4.1", INVALID, v.path, f"cannot check the storage root and results directory: {v.evidence_problem()}")
+            # the missing metadata is reported once, under LEAF-01 / 1.1
+            yield _not_checked("5.4.1", v, "the storage root and results directory", v.evidence_problem())
             continue
         root = v.param("storage", "storage_root") or dig(v.meta, "args", "data_dir")
         results = dig(v.meta, "args", "results_dir") or dig(v.meta, "result_dir")
@@ -568,8 +763,12 @@ def filesystem_check(pkg: Package) -> Iterable[Finding]:
                 yield finding("5.4.2", INVALID, v.path / "fs_separation.json", "fs_separation.json shows the data and results on one filesystem")
             continue
         why = "" if problem == "missing" else f": {problem}"
+        logs = [n for n, k, _ in entries(v.path) if k == FILE and n.endswith(".log")]
+        absent = [n for n, present in v.named_outputs() if not present]
+        read = f"read {', '.join(logs)}" if logs else "the leaf holds no log"
+        gone = f"; {', '.join(absent)}, named in the metadata, {'is' if len(absent) == 1 else 'are'} absent" if absent else ""
         yield finding("5.4.2", INVALID, v.path, "no df of the data directory and the results directory in the leaf's log "
-                                                f"(nor a filesystem record in summary.json or fs_separation.json{why})")
+                                                f"(nor a filesystem record in summary.json or fs_separation.json{why}; {read}{gone})")
 
 
 def _is_object(value: Any) -> bool:
@@ -634,7 +833,8 @@ def closed_index_types(pkg: Package) -> Iterable[Finding]:
                 f"index directory {v.index_dir!r} is not a CLOSED index type ({', '.join(allowed)})")
         kind, where = v.index_type()
         if kind is None:
-            yield _cannot("5.6.3", v, "the index type", v.summary_problem or "summary.json and config.json record no index_type")
+            why = v.missing_summary() if v.summary is None else "summary.json records no index_type"
+            yield _not_checked("5.6.3", v, "the index type", f"{why}; config.json and the metadata record none either")
         elif kind not in allowed:
             yield finding("5.6.3", INVALID, v.rec.summary_path,
                 f"index_type {kind!r} ({where}) is not a CLOSED index type ({', '.join(allowed)})")
@@ -658,7 +858,8 @@ def closed_parameters(pkg: Package) -> Iterable[Finding]:
         if v.config[1]:
             yield finding("5.6.4", INVALID, v.path / "config.json", f"cannot read the run's parameters: {v.config[1]}")
         if params is None and v.meta is None:
-            yield finding("5.6.4", INVALID, v.path, f"cannot check the parameters: {v.evidence_problem()}")
+            if not v.config[1]:  # a broken config.json is reported above; a missing metadata under LEAF-01 / 1.1
+                yield _not_checked("5.6.4", v, "the parameters", v.evidence_problem())
             continue
         for key in sorted(k for k in _overrides(v) if k not in allowed):
             yield finding("5.6.4", INVALID, v.rec.meta_path, f"{key} is not a CLOSED tunable (--params {key}={_overrides(v)[key]})")
