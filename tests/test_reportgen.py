@@ -127,3 +127,60 @@ def test_training_result_with_the_wrong_run_count_is_flagged(tmp_path):
     assert any("expected 6 training runs" in i for i in issues)
     assert values["read_bw_gib_s"] == pytest.approx((2 + 3 + 4 + 5) / 4)  # the earliest is still the warm-up
     assert values["train_mean_of_au_percentage"] == pytest.approx(91.0)
+
+
+SAMSUNG_VDB = "vector_database/milvus/DISKANN/run"
+VDB_CELLS = {"VDB - # Client Nodes": "# Client Nodes", "VDB - Vector Count": "Vector Count",
+             "VDB - Vector Dimension": "Vector Dimension", "VDB - Index Type": "Index Type",
+             "VDB - Queries per Sec": "Queries per Sec", "VDB - Query Latency (ms)": "Query Latency",
+             "VDB - Recall Percentage": "Recall Percentage", "VDB - Storage IOPs": "Storage IOPs",
+             "VDB - Read B/W (GiB/s)": "Read B/W"}
+
+
+def vdb_row(root: Path, org: str) -> dict:
+    return next(r for r in json.loads((root / "closed" / org / "results/results.json").read_text())["rows"]
+                if r["Benchmark Type"] == "VDB")
+
+
+@needs_realdata
+@pytest.mark.parametrize("org", ["TTA", "SAMSUNG"])
+def test_every_blank_vdb_cell_carries_its_reason(realdata_copy, org):
+    reportgen.generate(realdata_copy)
+    row = vdb_row(realdata_copy, org)
+    for column, label in VDB_CELLS.items():
+        if row[column] in (None, ""):
+            assert any(issue.startswith(f"{label} is blank: ") for issue in row["Issues"]), (column, row["Issues"])
+
+
+@needs_realdata
+def test_samsung_vdb_row_fills_what_its_files_record(realdata_copy):
+    """No run has a summary.json: the scale and index come from config.json / the metadata /
+    result_verdict.json, run 20260721_102236's figures from its native statistics.json (the row
+    says so), and the four runs that kept neither file leave QPS and latency blank, with the reason."""
+    reportgen.generate(realdata_copy)
+    row = vdb_row(realdata_copy, "SAMSUNG")
+    assert (row["VDB - Vector Count"], row["VDB - Vector Dimension"], row["VDB - Index Type"]) == (1_000_000, 1536, "DISKANN")
+    assert row["VDB - # Client Nodes"] == 1  # args.distributed false
+    assert "figures of run(s) 20260721_102236 read from their native statistics.json (no summary.json)" in row["Issues"]
+    assert row["VDB - Queries per Sec"] is None
+    assert any(i.startswith("Queries per Sec is blank: 4 of 5 runs record no throughput_qps") for i in row["Issues"])
+    detail = json.loads((realdata_copy / SAMSUNG / SAMSUNG_VDB / "results.json").read_text())
+    assert detail["figures"]["sources"]["20260721_102236"] == "statistics.json"
+
+
+@needs_realdata
+def test_vdb_figures_come_from_native_statistics_when_every_run_has_them(realdata_copy):
+    """Give every SAMSUNG run the one published statistics.json: the row's figures are its figures."""
+    runs = realdata_copy / SAMSUNG / SAMSUNG_VDB
+    native = runs / "20260721_102236" / "statistics.json"
+    for run in runs.iterdir():
+        if run.is_dir() and not (run / "statistics.json").exists():
+            shutil.copy(native, run / "statistics.json")
+    reportgen.generate(realdata_copy)
+    row = vdb_row(realdata_copy, "SAMSUNG")
+    stats = json.loads(native.read_text())
+    assert row["VDB - Queries per Sec"] == pytest.approx(stats["throughput_qps"]) == pytest.approx(142.02592384674477)
+    assert row["VDB - Query Latency (ms)"] == pytest.approx(stats["p99_latency_ms"])
+    assert row["VDB - Recall Percentage"] == pytest.approx(51.66)
+    assert "figures of run(s) 20260721_102236, 20260721_102716, 20260721_102834, 20260721_102951, 20260721_103108 " \
+           "read from their native statistics.json (no summary.json)" in row["Issues"]

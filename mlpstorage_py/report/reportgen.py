@@ -75,7 +75,7 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
                     "Checkpointing - Read Duration (secs)": values["read_duration_s"]})
     elif first.benchmark == "vector_database":
         values, issues = figures.vector_database(leaves)
-        row.update({"VDB - # Client Nodes": hosts, "VDB - Code": code, "VDB - Logs": logs,
+        row.update({"VDB - # Client Nodes": hosts or values["client_nodes"], "VDB - Code": code, "VDB - Logs": logs,
                     "VDB - Vector Count": values["num_vectors"], "VDB - Vector Dimension": values["dimension"],
                     "VDB - Index Type": values["index_type"], "VDB - Queries per Sec": values["qps"],
                     "VDB - Query Latency (ms)": values["p99_latency_ms"],
