@@ -221,7 +221,18 @@ def model_configuration(pkg: Package) -> Iterable[Finding]:
     for wl, rec in _runs(pkg):
         allowed = sorted(sanctioned(pkg, wl.division, wl.org, "checkpointing"))
         if rec.meta is None:
-            yield _cannot("4.3.3", INVALID, rec, "args.model", rec.meta_problem)
+            # The engine's own record of the configuration it ran states the model too: the
+            # Table 2 model whose reference configuration has the model.name it records.
+            engine_name = dig(rec.workload_config, "model", "name")
+            named = [m for m in allowed if engine_name and dig(_reference(m), "model", "name") == engine_name
+                     and rec.meta_problem == "no *_metadata.json"]  # a broken metadata file is not read around
+            if named:
+                if named[0] != wl.model:
+                    yield finding("4.3.3", INVALID, rec.path / "dlio_config" / "config.yaml",
+                                  f"dlio_config/config.yaml runs model.name {engine_name!r} ({named[0]}), filed under checkpointing/{wl.model}")
+                continue
+            yield _cannot("4.3.3", INVALID, rec, "args.model", f"{rec.meta_problem}, and dlio_config/config.yaml names no "
+                                                             "Table 2 model either")
             continue
         model = rec.args.get("model", rec.meta.get("model"))
         if not isinstance(model, str) or not model:
@@ -339,8 +350,17 @@ def _norm(value: Any) -> str | None:
 def path_args(pkg: Package) -> Iterable[Finding]:
     """args.checkpoint_folder and the results directory are both recorded and differ."""
     for wl, rec in _runs(pkg):
-        if rec.meta is None:
+        separation, _ = rec.fs_separation
+        recorded_apart = (rec.meta_problem == "no *_metadata.json" and isinstance(separation, dict)
+                          and _norm(separation.get("data_or_chkpt_path")) and _norm(separation.get("results_path")))
+        if rec.meta is None and not recorded_apart:
             yield _cannot("4.4.1", INVALID, rec, "the checkpoint and results directories", rec.meta_problem)
+            continue
+        if rec.meta is None:
+            # fs_separation.json, which the tool writes from the same two arguments, records them
+            folder, results = _norm(separation.get("data_or_chkpt_path")), _norm(separation.get("results_path"))
+            if folder == results:
+                yield finding("4.4.1", INVALID, rec.path / "fs_separation.json", f"checkpoints and results share the directory {folder}")
             continue
         folder = _norm(rec.args.get("checkpoint_folder"))
         results = _norm(rec.args.get("results_dir")) or _norm(rec.meta.get("result_dir"))

@@ -58,7 +58,11 @@ def code_images(pkg: Package) -> Iterable[Finding]:
             continue
         actual = code_image.tree_hash(image)
         if actual != recorded:
-            yield finding("2.1.6", INVALID, image, f"tree hash {actual} != recorded {recorded}: the image was modified")
+            # What is known is that the files present do not re-hash to the recorded tree: some
+            # of it is missing (a partial copy) or altered; which one the pool cannot tell.
+            count = sum(1 for path in image.rglob("*") if path.is_file() and path.name != code_image.HASH_FILE)
+            yield finding("2.1.6", INVALID, image, f"the {count} file(s) present re-hash to {actual}, not the recorded {recorded}: "
+                                                   "the captured source tree is incomplete or altered")
 
 
 @functools.cache

@@ -653,8 +653,13 @@ def recompute(files: list[RankFile]) -> Recomputed | None:
                       cpu_tier, storage_ranks == 0)
 
 
-def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any]) -> Iterable[Finding]:
+def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any], files_rule: str | None = None,
+                     fields_rule: str | None = None) -> Iterable[Finding]:
+    """Recompute the stated aggregates. A missing per-rank file is reported once, by the first rule
+    that reads them (files_rule None); the others say they were not checked. An absent field is
+    INVALID here unless fields_rule names the rule that requires it stated (then: not checked)."""
     for kv in _leaves(pkg):
+        unstated: list[str] = []
         if kv.summary is None:
             yield finding(number, INVALID, kv.rec.summary_path, f"cannot check {what}: {kv.rec.summary_problem}")
             continue
@@ -666,7 +671,9 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any])
                 yield finding(number, INVALID, kv.rec.summary_path, f"summary.json has no aggregate for Option {option}")
                 continue
             absent = [k for k in pick if as_number(block.get(k)) is None]
-            if absent:
+            if absent and fields_rule:
+                unstated.append(f"Option {option} states no {', '.join(absent)}")
+            elif absent:
                 yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} states no {', '.join(absent)}")
             files = kv.files_of(option)
             bad = [f for f in files if f.data is None]
@@ -679,7 +686,13 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any])
                 if stated is not None and not _close(stated, get(values), tol):
                     yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} {key} {stated!r} != {get(values)!r} "
                                                                         f"recomputed from {len(files)} per-rank results")
-        if missing_files:
+        if unstated:
+            yield finding(number, INFO, kv.rec.summary_path, f"not checked: {'; '.join(unstated)} (the headline requires them: "
+                                                             f"reported under {fields_rule})")
+        if missing_files and files_rule:
+            yield finding(number, INFO, kv.path, f"not checked: {what} cannot be recomputed without the per-rank results "
+                                                 f"(reported under {files_rule})")
+        elif missing_files:
             yield finding(number, INVALID, kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
         elif not kv.rank_files and kv.options:
             yield finding(number, INVALID, kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
@@ -696,14 +709,16 @@ def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
 @rule("6.3.4.2", "kvcacheAggregateThroughput")
 def aggregate_throughput(pkg: Package) -> Iterable[Finding]:
     """aggregated_storage_throughput_tokens_per_sec = fmean over trials of the sum over ranks, recomputed."""
-    yield from _check_aggregate(pkg, "6.3.4.2", "the aggregate storage throughput", {THROUGHPUT: lambda r: r.throughput})
+    yield from _check_aggregate(pkg, "6.3.4.2", "the aggregate storage throughput", {THROUGHPUT: lambda r: r.throughput},
+                                files_rule="6.3.4.1")
 
 
 @rule("6.3.4.3", "kvcacheAggregateDeviceLatency")
 def aggregate_latency(pkg: Package) -> Iterable[Finding]:
     """aggregated_device_read/write_p95_ms = max over ranks and trials, recomputed; the result states how."""
     yield from _check_aggregate(pkg, "6.3.4.3", "the aggregate device latency",
-                                {DEVICE_READ: lambda r: r.device_read, DEVICE_WRITE: lambda r: r.device_write})
+                                {DEVICE_READ: lambda r: r.device_read, DEVICE_WRITE: lambda r: r.device_write},
+                                files_rule="6.3.4.1", fields_rule="6.3.4.5")
     for kv in _leaves(pkg):
         if kv.summary is None:
             continue
@@ -750,13 +765,14 @@ def headline(pkg: Package) -> Iterable[Finding]:
         total = as_int(dig(kv.summary, "total_ranks"))
         if total is None:
             yield finding("6.3.4.5", INVALID, kv.rec.summary_path, "summary.json states no total_ranks for the headline")
+        lacking: dict[str, list[str]] = {}  # what is absent -> the Options it is absent from: one finding per leaf
         for option in kv.options:
             block = kv.option_summary(option)
             if block is None:
                 continue  # 6.3.4.1 reports an Option without an aggregate
             absent = [key for key in parts.values() if as_number(block.get(key)) is None]
             if absent:
-                yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"Option {option}'s headline lacks {', '.join(absent)}")
+                lacking.setdefault(", ".join(absent), []).append(option)
             stated = as_int(block.get("total_ranks", total))
             if total is not None and stated != total:
                 yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
@@ -768,6 +784,9 @@ def headline(pkg: Package) -> Iterable[Finding]:
                     if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
                         yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
                             f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")
+        for absent, options in lacking.items():
+            label = f"Option {options[0]}'s headline" if len(options) == 1 else f"the headline of Options {', '.join(options)}"
+            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"{label} lacks {absent}")
 
 
 # --- 6.4 / 6.5 storage -------------------------------------------------------------------------

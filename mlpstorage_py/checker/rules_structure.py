@@ -24,7 +24,7 @@ from mlpstorage_py.checker.files import (
     DIR, FILE, LINK, MAPPING, OTHER, SEQUENCE, entries, kind_of, load_json, load_yaml, read_text, real_dir, real_file,
     visible, yaml_shape)
 from mlpstorage_py.checker.package import DIVISIONS, Package
-from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
+from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, NAME_PATTERN
 from mlpstorage_py.rules import tables
 
@@ -435,8 +435,13 @@ def generated_hierarchy(pkg: Package) -> Iterable[Finding]:
                                                    "(only submission.yaml is)")
     for family, leaf in _leaf_dirs(pkg):
         rec = record(pkg, leaf)
+        if rec.meta is None and rec.meta_problem == "no *_metadata.json":
+            # 1.1 fails a file mlpstorage did not write; an absent record is not such a file. The
+            # rule that requires the metadata (2.1.14, 3.1.1, 4.3.3, LEAF-01, ...) reports it.
+            yield finding("1.1", INFO, leaf, "not checked: no *_metadata.json records what wrote this leaf")
+            continue
         if rec.meta is None:
-            yield finding("1.1", INVALID, rec.meta_path, f"{rec.meta_problem}: nothing shows mlpstorage wrote this leaf")
+            yield finding("1.1", INVALID, rec.meta_path, f"{rec.meta_problem}: mlpstorage writes a readable metadata object")
             continue
         many = [n for n, k, _ in rec.listing if n.endswith("_metadata.json")]
         if len(many) > 1 and family in ("training", "checkpointing"):
@@ -536,6 +541,9 @@ def submitter_directories(pkg: Package) -> Iterable[Finding]:
                 yield finding("2.1.4", INVALID, path, f"{division}/ holds a {kind} {name!r}; only submitter directories belong there")
         if not orgs and not any(k == LINK for _, k, _ in visible(base)):
             yield finding("2.1.4", INVALID, base, f"{division}/ holds no submitter directory")
+    for number, leaf, message in recorded_filing(pkg):
+        if number == "2.1.4":
+            yield finding("2.1.4", WARNING, leaf, message)
 
 
 def _submitter_dirs(pkg: Package, division: str, number: str) -> Iterable[Finding]:
@@ -609,9 +617,55 @@ def results_systems(pkg: Package) -> Iterable[Finding]:
                 yield finding("2.1.8", INVALID, path, f"unexpected {kind} {name!r} in results/ (system directories and the "
                                                       "organization's results tables only)")
         for name, path in systems:
-            for ext in ("yaml", "pdf"):
-                if not real_file(org_dir / "systems" / f"{name}.{ext}"):
-                    yield finding("2.1.8", INVALID, path, f"system {name} has no systems/{name}.{ext} describing it")
+            # A system with one of its two files is reported once, by 2.1.7 (which names the other);
+            # here only a system that systems/ does not describe at all.
+            if not any(real_file(org_dir / "systems" / f"{name}.{ext}") for ext in ("yaml", "pdf")):
+                yield finding("2.1.8", INVALID, path, f"system {name} has neither systems/{name}.yaml nor systems/{name}.pdf describing it")
+    for number, leaf, message in recorded_filing(pkg):
+        if number == "2.1.8":
+            yield finding("2.1.8", WARNING, leaf, message)
+
+
+def recorded_filing(pkg: Package) -> list[tuple[str, Path, str]]:
+    """(rule, leaf, message) for every leaf whose metadata records another submitter or system
+    than the directories it is filed under: args.systemname, and the <division>/<org>/results/
+    <system>/ part of the result_dir mlpstorage wrote it to. Computed once per validation."""
+    cache = vars(pkg)
+    if "_filing" in cache:
+        return cache["_filing"]
+    found: list[tuple[str, Path, str]] = []
+    for leaf in pkg.leaves:
+        rec = record(pkg, leaf.path)
+        meta = rec.meta
+        if meta is None:
+            continue
+        systems: dict[str, str] = {}
+        orgs: dict[str, str] = {}
+        args = dig(meta, "args") or {}
+        for key in ("systemname", "system_name"):
+            if isinstance(args, dict) and isinstance(args.get(key), str) and args[key].strip():
+                systems[f"args.{key}"] = args[key].strip()
+                break
+        result_dir = meta.get("result_dir")
+        if isinstance(result_dir, str):
+            parts = Path(result_dir).parts
+            for i in range(len(parts) - 3, -1, -1):
+                if parts[i] == leaf.division and parts[i + 2] == "results":
+                    orgs["result_dir"] = parts[i + 1]
+                    systems["result_dir"] = parts[i + 3]
+                    break
+        wrong_org = {k: v for k, v in orgs.items() if v != leaf.org}
+        if wrong_org:
+            shown = ", ".join(f"{v!r} ({k})" for k, v in wrong_org.items())
+            found.append(("2.1.4", leaf.path, f"the run was recorded for submitter {shown} but is filed under "
+                                              f"{leaf.division}/{leaf.org}/"))
+        wrong_system = {k: v for k, v in systems.items() if v != leaf.system}
+        if wrong_system:
+            shown = ", ".join(f"{v!r} ({k})" for k, v in wrong_system.items())
+            found.append(("2.1.8", leaf.path, f"the run was recorded as system {shown} but is filed under results/{leaf.system}/: "
+                                              "the system name identifies the configuration its results were collected from"))
+    cache["_filing"] = found
+    return found
 
 
 def _host_profiles(rec: LeafRecord) -> dict[tuple[str, str], dict[str, Any]]:
@@ -836,10 +890,11 @@ def _leaf_files(leaf: Path, number: str, patterns: list[str], folders: list[str]
             yield finding(number, INVALID, leaf, f"no {folder}/ subdirectory")
 
 
-def _dlio_config(leaf: Path, number: str, expected: list[str]) -> Iterable[Finding]:
+def _dlio_config(leaf: Path, number: str, expected: list[str], parent: str = "") -> Iterable[Finding]:
     folder = leaf / "dlio_config"
     if not real_dir(folder):
-        yield finding(number, INVALID, leaf, "no dlio_config/ subdirectory")
+        # the missing folder is reported once, by the files rule that requires it (2.1.14, 2.1.19, 2.1.25)
+        yield finding(number, INFO, leaf, f"not checked: no dlio_config/ subdirectory (reported under {parent})")
         return
     content = {n: (k, p) for n, k, p in visible(folder)}
     for name in expected:
@@ -871,7 +926,7 @@ def datagen_files(pkg: Package) -> Iterable[Finding]:
 def datagen_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A datagen leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in training_leaves(pkg, "datagen"):
-        yield from _dlio_config(leaf, "2.1.15", wl.checker["dlio_config_files"])
+        yield from _dlio_config(leaf, "2.1.15", wl.checker["dlio_config_files"], "2.1.14")
 
 
 def _results_json(directory: Path, number: str) -> Iterable[Finding]:
@@ -909,7 +964,7 @@ def run_files(pkg: Package) -> Iterable[Finding]:
 def run_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A training run leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in training_leaves(pkg, "run"):
-        yield from _dlio_config(leaf, "2.1.20", wl.checker["dlio_config_files"])
+        yield from _dlio_config(leaf, "2.1.20", wl.checker["dlio_config_files"], "2.1.19")
 
 
 @rule("2.1.25", "checkpointingFiles")
@@ -923,7 +978,7 @@ def checkpointing_files(pkg: Package) -> Iterable[Finding]:
 def checkpointing_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A checkpointing leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in checkpointing_leaves(pkg):
-        yield from _dlio_config(leaf, "2.1.26", wl.checker["dlio_config_files"])
+        yield from _dlio_config(leaf, "2.1.26", wl.checker["dlio_config_files"], "2.1.25")
 
 
 @rule("2.29", "dlioLog")

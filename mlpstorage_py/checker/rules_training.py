@@ -32,12 +32,29 @@ def datasize_usage(pkg: Package) -> Iterable[Finding]:
     """A workload with runs has a datasize leaf; each run's metadata has args and parameters.dataset."""
     runs = _training(pkg, "run")
     datasize_dirs = {leaf.workload_dir for leaf in _training(pkg, "datasize") if leaf.metadata}
+    reported: set[Path] = set()
     for leaf in runs:
-        if leaf.workload_dir not in datasize_dirs:
-            yield finding("3.1.1", INVALID, leaf.path, "the workload has no datasize leaf with metadata")
+        workload = leaf.workload_dir
+        if workload not in datasize_dirs and workload not in reported:
+            reported.add(workload)  # one finding per workload, not one per run
+            if files.real_dir(workload / "datasize"):
+                yield finding("3.1.1", INVALID, workload / "datasize",
+                              "no datasize timestamp directory carries a *_metadata.json: the datasize record is missing")
+            else:
+                yield finding("3.1.1", INVALID, workload, "the workload has no datasize/ phase directory, so no datasize record")
+        if not leaf.metadata_files:
+            yield finding("3.1.1", INVALID, leaf.path, "no *_metadata.json: the file that carries the run's args and "
+                                                       "parameters.dataset blocks is absent")
+            continue
         meta = leaf.metadata or {}
-        if not isinstance(meta.get("args"), dict) or not isinstance((meta.get("parameters") or {}).get("dataset"), dict):
-            yield finding("3.1.1", INVALID, leaf.path, "run metadata lacks an args block or a parameters.dataset block")
+        if leaf.broken("metadata"):
+            yield finding("3.1.1", INVALID, leaf.path, f"the run's metadata cannot be read: {leaf.broken('metadata')}")
+            continue
+        missing = [name for name, ok in (("args", isinstance(meta.get("args"), dict)),
+                                         ("parameters.dataset", isinstance((meta.get("parameters") or {}).get("dataset"), dict)))
+                   if not ok]
+        if missing:
+            yield finding("3.1.1", INVALID, leaf.path, f"run metadata lacks the {' and '.join(missing)} block(s)")
 
 
 def min_total_files(batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
