@@ -3,8 +3,11 @@
 A leaf is vector_database/<engine>/<INDEX>/<datagen|run>/<timestamp>/. What it ran is recorded
 in its summary.json (both phases), config.json, result_verdict.json and recall_stats.json (run),
 its *_metadata.json (args, parameters, override_parameters) and its log (the df records of
-5.4.2). The v3.0 release's published leaves keep only summary.json: a rule whose evidence
-lives in a file the leaf lacks reports that file, never passes silently.
+5.4.2), and the engine's native statistics.json (of which summary.json is a copy). A fact
+is read from whichever of these files records it. A missing file is INVALID once, under the
+rule that requires it (5.3.1 a run's summary.json; 5.2.2 the load's index-build record; 5.4.2
+the df records); a rule that only reads a value no file records says "not checked" (WARNING),
+never passes silently and never fails a run for evidence it was not given.
 
 Numbers come from the edition's checker block (runs_per_result, vdb_closed_fixed,
 vdb_open_backends), rules/params.yaml, rules/workloads.yaml and configs/vectordb/default.yaml
