@@ -135,11 +135,18 @@ def all_cpu_tier(option: str, division: str = "closed") -> Callable[[Path], None
     return mutate
 
 
-def multi_host(root: Path) -> None:
-    """Two hosts, one rank each; rank 1 of one trial writes outside the shared results path."""
+def two_hosts(root: Path) -> None:
+    """The run recorded two client hosts, one rank each (the system still describes one)."""
     hosts = ["client1", "client2"]
     summary(lambda d: d.update(hosts=hosts, host_count=2, npernode=1))(root)
     meta(lambda d: d["engine_parameters"].update(hosts=hosts, host_count=2, npernode=1))(root)
+
+
+def multi_host(root: Path) -> None:
+    """Two described hosts, one rank each; rank 1 of one trial writes outside the shared results path."""
+    two_hosts(root)
+    edit_yaml(root / "closed" / "Acme" / "systems" / "sys1.yaml",
+              lambda d: [c.update(quantity=2) for c in d["system_under_test"]["clients"]])
     rank("1", 0, 1, lambda d: d["run"].update(output="/scratch/client2" + d["run"]["output"]))(root)
 
 
@@ -223,6 +230,14 @@ def test_each_mutation_draws_its_rule(fresh, name):
     root = fresh(**options)
     mutate(root)
     assert verdicts(root) == expected
+
+
+def test_a_run_on_other_client_hosts_than_its_system_describes_is_a_filing_warning(fresh):
+    """The recorded hosts disagree with the system the leaf is filed under (2.1.8, like a
+    recorded system name that differs from the directory)."""
+    root = fresh(**TWO)
+    two_hosts(root)
+    assert verdicts(root) == {("2.1.8", WARNING)}
 
 
 def test_every_rule_of_section_6_has_a_mutation():

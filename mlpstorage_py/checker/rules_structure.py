@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 from mlpstorage_py.checker.files import (
     DIR, FILE, LINK, MAPPING, OTHER, SEQUENCE, entries, kind_of, load_json, load_yaml, read_text, real_dir, real_file,
     visible, yaml_shape)
-from mlpstorage_py.checker.package import DIVISIONS, Package
+from mlpstorage_py.checker.package import DIVISIONS, Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, NAME_PATTERN
 from mlpstorage_py.rules import tables
@@ -664,8 +664,39 @@ def recorded_filing(pkg: Package) -> list[tuple[str, Path, str]]:
             shown = ", ".join(f"{v!r} ({k})" for k, v in wrong_system.items())
             found.append(("2.1.8", leaf.path, f"the run was recorded as system {shown} but is filed under results/{leaf.system}/: "
                                               "the system name identifies the configuration its results were collected from"))
+        ran, described = _recorded_client_hosts(rec), _described_clients(pkg, leaf)
+        if ran is not None and described is not None and ran != described:
+            found.append(("2.1.8", leaf.path, f"the run recorded {ran} client host(s) but systems/{leaf.system}.yaml "
+                                              f"describes {described} client(s)"))
     cache["_filing"] = found
     return found
+
+
+def _recorded_client_hosts(rec: LeafRecord) -> int | None:
+    """How many client hosts the run recorded: mlpstorage's host survey, else the engine summary."""
+    meta = rec.meta if isinstance(rec.meta, dict) else {}
+    summary = rec.summary if isinstance(rec.summary, dict) else {}
+    for value in (meta.get("num_client_hosts"), summary.get("num_hosts"), summary.get("host_count")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _described_clients(pkg: Package, leaf: Leaf) -> int | None:
+    """The client hosts systems/<system>.yaml describes (the sum of its clients' quantities)."""
+    sut, problem, _ = system_description(pkg, leaf.division, leaf.org, leaf.system)
+    clients = dig(sut, "clients") if problem is None else None
+    if not isinstance(clients, list) or not clients:
+        return None
+    total = 0
+    for client in clients:
+        quantity = dig(client, "quantity")
+        if isinstance(quantity, str) and quantity.strip().isdigit():
+            quantity = int(quantity)
+        if not isinstance(quantity, int) or isinstance(quantity, bool):
+            return None
+        total += quantity
+    return total
 
 
 def _host_profiles(rec: LeafRecord) -> dict[tuple[str, str], dict[str, Any]]:
