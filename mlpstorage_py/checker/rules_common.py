@@ -221,6 +221,29 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
             yield finding("EDN-04", INVALID, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")
 
 
+@rule("EDN-05", "storageLibraryVersion")
+def storage_library_version(pkg: Package) -> Iterable[Finding]:
+    """A stamped object run leaf's storage library version is in its edition's accepted list (else a warning).
+
+    The list is editions.yaml's storage_libraries; file runs record no library and are skipped."""
+    known = tables.editions()["editions"]
+    for leaf in pkg.leaves:
+        stamp = leaf.provenance
+        if leaf.command != "run" or not stamp or "__unreadable__" in stamp:
+            continue
+        library = stamp.get("storage_library")
+        name = library.get("name") if isinstance(library, dict) else None
+        if not name or name == "none":
+            continue  # a file run: no client storage library
+        edition = leaf.stamped_edition
+        accepted = (tables.edition(edition).get("storage_libraries") or {}).get(name, []) if edition in known else []
+        version = str(library.get("version", "unknown"))
+        if version not in accepted:
+            listed = ", ".join(accepted) or "none"
+            yield finding("EDN-05", WARNING, leaf.path / "provenance.json",
+                          f"storage library {name} {version} is not an accepted {edition} version (accepted: {listed})")
+
+
 def _ids(path: Path) -> set[str]:
     data = files.json_or_unreadable(path)
     rows = data.get("rows") if isinstance(data, dict) else None

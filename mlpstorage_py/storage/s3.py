@@ -122,7 +122,7 @@ class S3Store:
         if nbytes == 0:
             _as_oserror(self._s3.put_bytes, path, b"")
             return WriteResult(0, 0)
-        writer = _as_oserror(self._s3.create_s3_writer, path)
+        writer = _as_oserror(self._s3.create_s3_writer, path, self._s3.PyWriterOptions())
         done = 0
         while done < nbytes:
             chunk = min(block_size, nbytes - done)
@@ -172,7 +172,9 @@ def call_in_child(function: str, *args: Any, timeout: float | None = None) -> An
     A process that has started s3dlio's I/O runtime hangs in its first request after a fork, so
     processes that fork later (an MPI rank before its data-loader workers, the tool before mpirun)
     keep s3dlio out; the child also reads the endpoint afresh and can be killed at ``timeout``.
-    Raises RuntimeError with s3dlio's message, or subprocess.TimeoutExpired."""
+    s3dlio 0.9.112's list() and stat() also hold the GIL until the answer comes, stalling every
+    other thread of the caller meanwhile (an endpoint served in-process, as in the tests, never
+    answers). Raises RuntimeError with s3dlio's message, or subprocess.TimeoutExpired."""
     done = subprocess.run([sys.executable, "-c", _CHILD_CALL, function, json.dumps(args)],
                           capture_output=True, text=True, check=False, timeout=timeout)
     if done.returncode != 0:
