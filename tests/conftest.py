@@ -238,3 +238,28 @@ def make_sim_cluster(monkeypatch):
     yield make
     for cluster in made:
         cluster.stop()
+
+
+def signal_when_ready(argv: list[str], env: dict[str, str], ready, sig: int,
+                      start_s: float = 90, stop_s: float = 60) -> tuple[int, str, float]:
+    """Run argv as a child, send `sig` once ready() says its work is under way (ranks running on
+    the hosts); returns (exit code, stderr, seconds from the signal to the exit). The child never
+    outlives the call."""
+    import subprocess
+    import time
+
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + start_s
+        while not ready():
+            assert child.poll() is None, child.communicate()[1]
+            assert time.monotonic() < end, "the work never started"
+            time.sleep(0.2)
+        child.send_signal(sig)
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=stop_s)
+        return child.returncode, err, time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import MLPSTORAGE, all_leaves, leaf_metadata, subprocess_env
+from conftest import MLPSTORAGE, all_leaves, leaf_metadata, signal_when_ready, subprocess_env
 
 pytestmark = pytest.mark.heavy
 RECORD = 65536
@@ -149,17 +148,8 @@ def test_sigint_mid_run_on_remote_ranks(results, other_fs_dir, sim_hosts, tmp_pa
             str(other_fs_dir), "-sn", "sys1", "-rd", str(results), "--hosts", *hosts, "-aip", "--params",
             *slow, "train.epochs=50", "train.computation_time=1"]
     env = {**subprocess_env(tmp_path), **sim_hosts.env()}
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not _dlio_ranks_running(sim_hosts, hosts):
-        time.sleep(0.5)
-    assert _dlio_ranks_running(sim_hosts, hosts), "DLIO ranks never started on the hosts"
-    time.sleep(3)
-    started = time.monotonic()
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=60)
-    elapsed = time.monotonic() - started
-    assert child.returncode == 8, err
+    code, err, elapsed = signal_when_ready(argv, env, lambda: _dlio_ranks_running(sim_hosts, hosts), signal.SIGINT)
+    assert code == 8, err
     assert elapsed < 30
     run_leaves = leaves_of(results, "run")
     assert len(run_leaves) == 1

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import MLPSTORAGE, all_leaves, subprocess_env
+from conftest import MLPSTORAGE, all_leaves, signal_when_ready, subprocess_env
 
 from test_kvcache_cli import SMALL
 
@@ -222,23 +221,9 @@ def test_trial_deadline_stops_every_rank(cli, sim_hosts, results, other_fs_dir, 
 def test_signal_mid_run_on_remote_ranks(sim_hosts, results, other_fs_dir, small_config, tmp_path, sig, reason):
     names = sim_hosts.names[:2]
     argv = [str(MLPSTORAGE), *run_args(results, other_fs_dir, small_config, names, 120)]
-    child = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        end = time.monotonic() + 90
-        while len(kv_processes(sim_hosts)) < len(names):
-            assert child.poll() is None, child.communicate()[1]
-            assert time.monotonic() < end, "the ranks never started"
-            time.sleep(0.2)
-        child.send_signal(sig)
-        sent = time.monotonic()
-        _, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    print(f"\n{sig.name} with ranks on {', '.join(names)}: exit {child.returncode} {took:.1f} s after the signal")
-    assert child.returncode == 8, err
+    code, err, took = signal_when_ready(argv, subprocess_env(tmp_path), lambda: len(kv_processes(sim_hosts)) >= len(names), sig)
+    print(f"\n{sig.name} with ranks on {', '.join(names)}: exit {code} {took:.1f} s after the signal")
+    assert code == 8, err
     assert took < 30
     leaf, meta = leaf_of(results)
     assert meta["exit_status"] == 8 and reason in meta["failure"]

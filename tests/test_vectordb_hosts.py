@@ -13,7 +13,6 @@ import json
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MLPSTORAGE, subprocess_env
+from conftest import MLPSTORAGE, signal_when_ready, subprocess_env
 
 SCALE = ["--num-vectors", "3000", "--dimension", "32"]
 SEED, K = 42, 10
@@ -368,22 +367,8 @@ def test_signal_mid_run_stops_remote_ranks(sim_hosts, loaded, tmp_path, sig, rea
     h1, h2 = sim_hosts.names[:2]
     argv = [str(MLPSTORAGE), "open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "120",
             "--num-query-vectors", "100", "--hosts", h1, h2]
-    child = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        end = time.monotonic() + 90
-        while len(rank_pids(sim_hosts)) < 2:
-            assert child.poll() is None, child.communicate()[1]
-            assert time.monotonic() < end, "the ranks never started"
-            time.sleep(0.2)
-        child.send_signal(sig)
-        sent = time.monotonic()
-        _, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    assert child.returncode == 8, err
+    code, err, took = signal_when_ready(argv, subprocess_env(tmp_path), lambda: len(rank_pids(sim_hosts)) >= 2, sig)
+    assert code == 8, err
     assert took < 30
     leaf = run_leaves(loaded.results)[-1]
     meta = metadata(leaf)
