@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from mlpstorage_py.checker.files import load_json, read_text
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
-from mlpstorage_py.checker.rules_structure import (
+from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, parse_time, record, sanctioned,
     system_description)
 from mlpstorage_py.rules import tables

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.checker.files import DIR, FILE, entries, load_json
-from mlpstorage_py.checker.rules_structure import (
+from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, dig, record, system_description)
 from mlpstorage_py.rules import tables
 

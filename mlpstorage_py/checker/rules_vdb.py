@@ -29,7 +29,7 @@ import yaml
 from mlpstorage_py.checker.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
-from mlpstorage_py.checker.rules_structure import (
+from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, dig, record, sanctioned, system_description)
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
