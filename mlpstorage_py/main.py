@@ -86,8 +86,10 @@ def dispatch(argv: list[str], started: float) -> int:
     args = parse(argv)
     handler = args.get("_handler")
     if handler:
-        from mlpstorage_py import commands
-        return getattr(commands, handler)(args, argv)
+        # "name" is a function of mlpstorage_py.commands; "package.module:name" one of that module,
+        # so each command family keeps its handlers (and its imports) to itself.
+        module, _, function = handler.rpartition(":")
+        return getattr(importlib.import_module(module or "mlpstorage_py.commands"), function)(args, argv)
     return run_benchmark(args, argv, started)
 
 
