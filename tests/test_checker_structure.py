@@ -18,14 +18,15 @@ import pytest
 
 from conftest import REALDATA
 from mlpstorage_py import checker
-from mlpstorage_py.checker import rules_checkpointing, rules_leaves, rules_structure
+from mlpstorage_py.checker import rules_checkpointing, rules_checkpointing_run, rules_leaves, rules_structure
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules.tables import rule_index
 from synthetic import (edit_json, fresh, leaves_of, make_package, metadata_file, pristine,  # noqa: F401
                        regenerate, scratch_dir, shift_leaf, duplicate_leaf, workload)
 
 OURS = {n for n, r in RULES.items()
-        if r.func.__module__ in (rules_structure.__name__, rules_leaves.__name__, rules_checkpointing.__name__)}
+        if r.func.__module__ in (rules_structure.__name__, rules_leaves.__name__, rules_checkpointing.__name__,
+                                  rules_checkpointing_run.__name__)}
 
 
 def validated(root: Path) -> tuple[set[tuple[str, str]], list]:
