@@ -22,7 +22,8 @@ from mlpstorage_py.rules.tables import rule_index
 from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, pristine, regenerate  # noqa: F401
 
 FAMILIES = ("vector_database", "kv_cache")
-OURS = {n for n, r in RULES.items() if r.func.__module__ in (rules_vdb.__name__, rules_kvcache.__name__)}
+OURS = {n for n, r in RULES.items()  # every module of section 5 (rules_vdb*) and section 6 (rules_kvcache*)
+        if r.func.__module__.startswith((rules_vdb.__name__, rules_kvcache.__name__))}
 REAL_VDB = REALDATA / "closed/TTA/results/seahorse-storage/vector_database/milvus/DISKANN"
 # SAMSUNG's DISKANN result (added to the corpus 2026-12-01): 2 datagen and 5 run leaves with metadata,
 # some config.json / result_verdict.json / recall_stats.json, one native statistics.json; no summary.json.
