@@ -20,12 +20,6 @@ def init(args: dict[str, Any], argv: list[str]) -> int:
     return 0
 
 
-def version(args: dict[str, Any], argv: list[str]) -> int:
-    from mlpstorage_py.main import version_text
-    print(version_text())
-    return 0
-
-
 def validate(args: dict[str, Any], argv: list[str]) -> int:
     from mlpstorage_py import checker
 

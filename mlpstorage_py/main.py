@@ -67,7 +67,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     """argv -> a plain dict of settings; explains flags CLOSED deliberately does not have."""
     if not argv:
         raise UsageError("a mode or command is required (see mlpstorage --help)")
-    parser = build_parser()
+    parser = build_parser(argv)
     if next((t for t in argv if not t.startswith("-")), None) == "closed":
         flag = next((t.split("=")[0] for t in argv if t.split("=")[0] in OPEN_ONLY_FLAGS), None)
         if flag:
@@ -124,6 +124,12 @@ def run_benchmark(args: dict[str, Any], argv: list[str], started: float) -> int:
 
 def version_text() -> str:
     return f"mlpstorage {__version__} (rules edition {RULES_EDITION}, layout version {LAYOUT_VERSION})"
+
+
+def version(args: dict[str, Any], argv: list[str]) -> int:
+    """`mlpstorage version`, handled here so it imports nothing beyond the parser."""
+    print(version_text())
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The argparse tree: `mlpstorage <mode> <benchmark> ...` plus the utility commands.
 
 Parsing only: each leaf parser sets `_handler` (utility) or `_benchmark` (benchmarks), and
-main() dispatches. Nothing here imports an engine.
+main() dispatches. Nothing here imports an engine. Given argv, only the mode it names gets its
+benchmark tree (read from the YAML tables), so `--help`, `version` and the utility commands
+start without loading them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from mlpstorage_py.cli import checkpointing, kvcache, training, utility, vectord
 from mlpstorage_py.cli.common import MODES, Parser
 
 
-def build_parser() -> Parser:
+def build_parser(argv: list[str] | None = None) -> Parser:
+    """The whole tree, or with ``argv`` only the branch its mode selects (every mode is listed)."""
     parser = Parser(
         prog="mlpstorage",
         description="Run MLPerf Storage workloads and build submission packages that validate.",
@@ -25,12 +28,19 @@ def build_parser() -> Parser:
     for mode, text in MODES.items():
         mode_parser = top.add_parser(mode, help=text, description=text)
         benches = mode_parser.add_subparsers(dest="benchmark", metavar="<benchmark>", required=True)
+        if argv is not None and _selected_mode(argv) != mode:
+            continue
         training.register(benches, mode)
         checkpointing.register(benches, mode)
         vectordb.register(benches, mode)
         kvcache.register(benches, mode)
     utility.register(top)
     return parser
+
+
+def _selected_mode(argv: list[str]) -> str | None:
+    """The first positional token, the mode or utility command argparse will pick."""
+    return next((token for token in argv if not token.startswith("-")), None)
 
 
 __all__ = ["build_parser", "__version__"]

@@ -7,7 +7,6 @@ import re
 from typing import Any, Callable
 
 from mlpstorage_py.errors import UsageError
-from mlpstorage_py.launch.mpi import mpi_bin_arg
 
 MODES = {
     "closed": "CLOSED division: only the rules' tunables may change",
@@ -95,6 +94,13 @@ def add_params(parser: argparse.ArgumentParser, mode: str) -> None:
     add_open_only(parser, mode, "--allow-invalid-params", "-aip", action="store_true",
                   help="accept overrides outside the OPEN allowlist; the run is recorded as INVALID")
     add_open_only(parser, mode, "--loops", type=positive_int, default=1, help="repeat the command N times")
+
+
+def mpi_bin_arg(value: str) -> str:
+    """argparse type of --mpi-bin; the launcher module loads only when the flag is given."""
+    from mlpstorage_py.launch.mpi import mpi_bin_arg as check
+
+    return check(value)
 
 
 def add_mpi(parser: argparse.ArgumentParser) -> None:

@@ -50,4 +50,4 @@ def register(top: Any) -> None:
 
     p = top.add_parser("version", help="print the tool version, rules edition and layout version")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    p.set_defaults(_handler="version")
+    p.set_defaults(_handler="mlpstorage_py.main:version")

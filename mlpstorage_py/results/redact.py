@@ -7,14 +7,14 @@ import logging
 import os
 from typing import Mapping
 
-from mlpstorage_py.rules.tables import storage_env
-
 MASK = "***REDACTED***"
 MIN_SECRET_LENGTH = 4  # shorter values would mask ordinary text and protect nothing
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of the set secret variables, longest first so overlapping values mask whole."""
+    from mlpstorage_py.rules.tables import storage_env  # the YAML table only once a line is logged
+
     env = os.environ if environ is None else environ
     names = [n for n, spec in storage_env()["connection"].items() if spec.get("secret")]
     return sorted({env[n] for n in names if len(env.get(n, "")) >= MIN_SECRET_LENGTH}, key=len, reverse=True)

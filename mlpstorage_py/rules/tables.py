@@ -6,8 +6,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mlpstorage_py import RULES_EDITION
 
 RULES_DIR = Path(__file__).resolve().parent
@@ -15,8 +13,10 @@ RULES_DIR = Path(__file__).resolve().parent
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
+    import yaml  # loaded with the first table, so commands that read none (--help, version) skip it
+
     with open(RULES_DIR / name, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def editions() -> dict[str, Any]:
