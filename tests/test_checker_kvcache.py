@@ -20,6 +20,7 @@ from conftest import REALDATA, all_leaves
 from mlpstorage_py import checker
 from mlpstorage_py.benchmarks import kvcache
 from mlpstorage_py.checker import rules_kvcache as rk
+from mlpstorage_py.checker import rules_kvcache_aggregate as rka
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules.tables import rule_index
@@ -70,7 +71,7 @@ def test_the_fresh_kv_leaf_holds_every_rank_file_and_agrees_with_the_tool():
     assert len(kv.invocations) == 9 and {inv.ranks for inv in kv.invocations} == {2}
     summary = json.loads((leaf / "summary.json").read_text())
     for option in kv.options:
-        values = rk.recompute(kv.files_of(option))
+        values = rka.recompute(kv.files_of(option))
         assert summary["options"][option]["aggregated_read_bandwidth_gbps"] == values.read_bw
         assert summary["options"][option]["aggregated_device_write_p95_ms"] == values.device_write
     # the plan is the tool's own CLOSED plan (Table KVCache-1 and the sequence locks)

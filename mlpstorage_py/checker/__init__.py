@@ -16,13 +16,15 @@ from typing import Any
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
+from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding
 from mlpstorage_py.rules.tables import rule_index
 
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).
 RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing,
-                rules_checkpointing_run, rules_vdb, rules_vdb_backends, rules_kvcache)
+                rules_checkpointing_run, rules_vdb, rules_vdb_backends, rules_kvcache, rules_kvcache_workload,
+                rules_kvcache_aggregate, rules_kvcache_storage)
 # A large package is checked in two processes where two cores are free: a forked helper runs
 # the rules that read most files of every leaf (presence, JSON and YAML shapes, logs, links,
 # host records, results tables), this process the others; each reads what its rules need.

@@ -1,0 +1,196 @@
+"""Section 6.3.4: the KV cache aggregates recomputed from the rank files (moved out of
+rules_kvcache.py, which holds the leaf model these rules read)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any, Iterable
+
+from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
+from mlpstorage_py.checker.rules_kvcache import (
+    DEVICE_READ, DEVICE_WRITE, READ_BW, THROUGHPUT, WRITE_BW, RankFile, _close, _leaves, _missing_text)
+from mlpstorage_py.checker.structure_helpers import as_int, as_number, dig
+
+
+# --- 6.3.4 aggregation -----------------------------------------------------------------------------
+
+@dataclass
+class Recomputed:
+    read_bw: float
+    write_bw: float
+    throughput: float
+    device_read: float
+    device_write: float
+    cpu_tier: set[int]
+    all_cpu_tier: bool
+
+
+def recompute(files: list[RankFile]) -> Recomputed | None:
+    """Rules 6.3.4 from the per-rank results of one Option (None when any is missing)."""
+    if not files or any(f.data is None for f in files):
+        return None
+    trials: dict[int, list[RankFile]] = {}
+    for f in sorted(files, key=lambda f: (f.trial, f.rank)):
+        trials.setdefault(f.trial, []).append(f)
+    sums = {"read": [], "write": [], "tokens": []}
+    device_read = device_write = 0.0
+    cpu_tier: set[int] = set()
+    storage_ranks = 0
+    for trial in sorted(trials):
+        read = write = tokens = 0.0
+        for f in trials[trial]:
+            cache = f.cache
+            read += float(as_number(cache.get("tier_storage_read_bandwidth_gbps")) or 0.0)
+            write += float(as_number(cache.get("tier_storage_write_bandwidth_gbps")) or 0.0)
+            tokens += float(as_number(f.summary.get("storage_throughput_tokens_per_sec")) or 0.0)
+            if (as_number(cache.get("storage_entries")) or 0) > 0:
+                storage_ranks += 1
+                device_read = max(device_read, float(as_number(cache.get("storage_read_device_p95_ms")) or 0.0))
+                device_write = max(device_write, float(as_number(cache.get("storage_write_device_p95_ms")) or 0.0))
+            else:
+                cpu_tier.add(f.rank)
+        sums["read"].append(read)
+        sums["write"].append(write)
+        sums["tokens"].append(tokens)
+    return Recomputed(fmean(sums["read"]), fmean(sums["write"]), fmean(sums["tokens"]), device_read, device_write,
+                      cpu_tier, storage_ranks == 0)
+
+
+def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any], files_rule: str | None = None,
+                     fields_rule: str | None = None) -> Iterable[Finding]:
+    """Recompute the stated aggregates. A missing per-rank file is reported once, by the first rule
+    that reads them (files_rule None); the others say they were not checked. An absent field is
+    INVALID here unless fields_rule names the rule that requires it stated (then: not checked)."""
+    for kv in _leaves(pkg):
+        unstated: list[str] = []
+        if kv.summary is None:
+            yield finding(number, INVALID, kv.rec.summary_path, f"cannot check {what}: {kv.rec.summary_problem}")
+            continue
+        tol = float(kv.checker.get("kvcache_aggregate_rel_tol", 1e-9))
+        missing_files: list[RankFile] = []
+        for option in kv.options:
+            block = kv.option_summary(option)
+            if block is None:
+                yield finding(number, INVALID, kv.rec.summary_path, f"summary.json has no aggregate for Option {option}")
+                continue
+            absent = [k for k in pick if as_number(block.get(k)) is None]
+            if absent and fields_rule:
+                unstated.append(f"Option {option} states no {', '.join(absent)}")
+            elif absent:
+                yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} states no {', '.join(absent)}")
+            files = kv.files_of(option)
+            bad = [f for f in files if f.data is None]
+            if bad or not files:
+                missing_files += bad
+                continue
+            values = recompute(files)
+            for key, get in pick.items():
+                stated = as_number(block.get(key))
+                if stated is not None and not _close(stated, get(values), tol):
+                    yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} {key} {stated!r} != {get(values)!r} "
+                                                                        f"recomputed from {len(files)} per-rank results")
+        if unstated:
+            yield finding(number, INFO, kv.rec.summary_path, f"not checked: {'; '.join(unstated)} (the headline requires them: "
+                                                             f"reported under {fields_rule})")
+        if missing_files and files_rule:
+            yield finding(number, INFO, kv.path, f"not checked: {what} cannot be recomputed without the per-rank results "
+                                                 f"(reported under {files_rule})")
+        elif missing_files:
+            yield finding(number, INVALID, kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
+        elif not kv.rank_files and kv.options:
+            yield finding(number, INVALID, kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
+                                                    "(total_ranks and trials_per_option unrecorded or implausible)")
+
+
+@rule("6.3.4.1", "kvcacheAggregateBandwidth")
+def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
+    """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over ranks, recomputed."""
+    yield from _check_aggregate(pkg, "6.3.4.1", "the aggregate bandwidth",
+                                {READ_BW: lambda r: r.read_bw, WRITE_BW: lambda r: r.write_bw})
+
+
+@rule("6.3.4.2", "kvcacheAggregateThroughput")
+def aggregate_throughput(pkg: Package) -> Iterable[Finding]:
+    """aggregated_storage_throughput_tokens_per_sec = fmean over trials of the sum over ranks, recomputed."""
+    yield from _check_aggregate(pkg, "6.3.4.2", "the aggregate storage throughput", {THROUGHPUT: lambda r: r.throughput},
+                                files_rule="6.3.4.1")
+
+
+@rule("6.3.4.3", "kvcacheAggregateDeviceLatency")
+def aggregate_latency(pkg: Package) -> Iterable[Finding]:
+    """aggregated_device_read/write_p95_ms = max over ranks and trials, recomputed; the result states how."""
+    yield from _check_aggregate(pkg, "6.3.4.3", "the aggregate device latency",
+                                {DEVICE_READ: lambda r: r.device_read, DEVICE_WRITE: lambda r: r.device_write},
+                                files_rule="6.3.4.1", fields_rule="6.3.4.5")
+    for kv in _leaves(pkg):
+        if kv.summary is None:
+            continue
+        note = dig(kv.summary, "aggregation", "device_latency")
+        if not (isinstance(note, str) and "max" in note.lower() and "p95" in note.lower()):
+            yield finding("6.3.4.3", INVALID, kv.rec.summary_path, "the result does not state that the device P95 is the max of per-rank P95s "
+                                                                   "over the storage-tier I/O span (summary.json aggregation.device_latency)")
+
+
+@rule("6.3.4.4", "kvcacheLatencyValidity")
+def latency_validity(pkg: Package) -> Iterable[Finding]:
+    """No Option's ranks are all CPU-tier (INVALID in CLOSED, a warning in OPEN); cpu_tier_ranks is right."""
+    for kv in _leaves(pkg):
+        for option in kv.options:
+            block = kv.option_summary(option) or {}
+            files = kv.files_of(option)
+            values = recompute(files)
+            stated = block.get("cpu_tier_ranks")
+            if values is not None:
+                all_cpu, cpu = values.all_cpu_tier, values.cpu_tier
+                if isinstance(stated, list) and {as_int(r) for r in stated} != cpu:
+                    yield finding("6.3.4.4", INVALID, kv.rec.summary_path, f"Option {option} lists cpu_tier_ranks {stated}; the per-rank "
+                                                                           f"results have storage_entries == 0 on {sorted(cpu)}")
+            else:
+                ranks = as_int(block.get("rank_count")) or kv.total_ranks
+                all_cpu = block.get("all_ranks_cpu_tier") is True or (
+                    isinstance(stated, list) and ranks is not None and ranks > 0 and {as_int(r) for r in stated} >= set(range(ranks)))
+            if all_cpu:
+                severity = INVALID if kv.closed else WARNING
+                yield finding("6.3.4.4", severity, kv.rec.summary_path,
+                              f"every rank of Option {option} served its KV from the CPU tier (storage_entries == 0): "
+                              "its device latency is not a storage measurement")
+
+
+@rule("6.3.4.5", "kvcacheHeadlineResult")
+def headline(pkg: Package) -> Iterable[Finding]:
+    """Each Option states read bandwidth, device read/write P95 and storage throughput with total_ranks."""
+    parts = {"storage_read_bandwidth_gbps": READ_BW, "device_read_p95_ms": DEVICE_READ,
+             "device_write_p95_ms": DEVICE_WRITE, "storage_throughput_tokens_per_sec": THROUGHPUT}
+    for kv in _leaves(pkg):
+        if kv.summary is None:
+            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"no headline result: {kv.rec.summary_problem}")
+            continue
+        total = as_int(dig(kv.summary, "total_ranks"))
+        if total is None:
+            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, "summary.json states no total_ranks for the headline")
+        lacking: dict[str, list[str]] = {}  # what is absent -> the Options it is absent from: one finding per leaf
+        for option in kv.options:
+            block = kv.option_summary(option)
+            if block is None:
+                continue  # 6.3.4.1 reports an Option without an aggregate
+            absent = [key for key in parts.values() if as_number(block.get(key)) is None]
+            if absent:
+                lacking.setdefault(", ".join(absent), []).append(option)
+            stated = as_int(block.get("total_ranks", total))
+            if total is not None and stated != total:
+                yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
+                    f"Option {option} reports total_ranks {block.get('total_ranks')}, the run {total}")
+            line = block.get("headline")
+            if isinstance(line, dict):
+                for name, key in [*parts.items(), ("total_ranks", "total_ranks")]:
+                    want = block.get(key, total) if key == "total_ranks" else block.get(key)
+                    if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
+                        yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
+                            f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")
+        for absent, options in lacking.items():
+            label = f"Option {options[0]}'s headline" if len(options) == 1 else f"the headline of Options {', '.join(options)}"
+            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"{label} lacks {absent}")
+
+
