@@ -8,9 +8,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.errors import NotFoundError, PermissionDenied, UsageError
 from mlpstorage_py.results import history
-from mlpstorage_py.results.sentinel import init_results_dir, require_org, resolve_results_dir
+from mlpstorage_py.results.sentinel import ORG_PATTERN, init_results_dir, require_org, resolve_results_dir
 
 
 def init(args: dict[str, Any], argv: list[str]) -> int:
@@ -36,14 +36,29 @@ def validate(args: dict[str, Any], argv: list[str]) -> int:
     if digest and not re.fullmatch(r"[0-9a-f]{32}", digest):
         raise UsageError(f"--reference-checksum must be 32 lowercase hex digits, got {digest!r}")
     submitters = {s for s in (args.get("submitters") or "").split(",") if s} or None
+    bad = sorted(s for s in submitters or () if not ORG_PATTERN.match(s))
+    if bad:
+        raise UsageError(f"--submitters: {', '.join(map(repr, bad))} is not an organization name ([A-Za-z0-9._-]+)")
     pkg, findings = checker.validate(root, submitters, reference=digest)
     if args["json"] == "-":
         print(checker.findings_json(pkg, findings))
     else:
         print(checker.findings_text(pkg, findings))
         if args["json"]:
-            Path(args["json"]).write_text(checker.findings_json(pkg, findings) + "\n", encoding="utf-8")
+            _write_findings(Path(args["json"]), checker.findings_json(pkg, findings))
     return 1 if any(f.severity == "INVALID" for f in findings) else 0
+
+
+def _write_findings(path: Path, text: str) -> None:
+    """--json FILE: a path that cannot take the file is a one-line error naming the flag."""
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"--json {path}: its directory does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"--json {path}: is a directory, not a file") from None
+    except PermissionError:
+        raise PermissionDenied(f"--json {path}: permission denied") from None
 
 
 def reportgen(args: dict[str, Any], argv: list[str]) -> int:

@@ -38,7 +38,10 @@ class MpiOptions:
     def from_args(cls, args: dict) -> "MpiOptions":
         extra: list[str] = []
         for chunk in args.get("mpi_params") or []:
-            extra.extend(shlex.split(chunk))
+            try:
+                extra.extend(shlex.split(chunk))
+            except ValueError as exc:  # an unbalanced quote: bad input, not an internal error
+                raise UsageError(f"--mpi-params {chunk!r}: {exc}") from None
         return cls(hosts=list(args.get("hosts") or DEFAULT_HOSTS), mpi_bin=args.get("mpi_bin") or None,
                    oversubscribe=bool(args.get("oversubscribe")),
                    allow_run_as_root=bool(args.get("allow_run_as_root")) or os.geteuid() == 0,

@@ -14,7 +14,8 @@ from mlpstorage_py.errors import ConfigurationError, UsageError
 from mlpstorage_py.results.io import atomic_write_text, utc_now
 
 SENTINEL = "mlperf-results.yaml"
-ORG_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")
+# A directory name in the tree: starts with a letter or digit, so never "." or ".." (an escape).
+ORG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_RESULTS_DIR = Path("~/mlpstorage-results")
 
 
@@ -55,8 +56,10 @@ def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
 def init_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
     """Create or confirm a results root for an organization; returns (path, created)."""
     if not ORG_PATTERN.match(orgname):
-        raise UsageError(f"organization name {orgname!r} must match [A-Za-z0-9._-]+")
+        raise UsageError(f"organization name {orgname!r} must start with a letter or digit and match [A-Za-z0-9._-]+")
     results_dir = results_dir.expanduser().resolve()
+    if results_dir.exists() and not results_dir.is_dir():
+        raise ConfigurationError(f"results directory {results_dir} is not a directory")
     existing = read_sentinel(results_dir) if results_dir.is_dir() else None
     if existing is not None:
         if existing["orgname"] != orgname:
