@@ -31,6 +31,8 @@ def _number(text: str, cast: Callable[[str], Any], noun: str, ok: Callable[[Any]
         value = cast(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+    if value != value or value in (float("inf"), float("-inf")):  # nan, inf: no size, count or deadline
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     if not ok(value):
         raise argparse.ArgumentTypeError(f"{value:g} {rule}")
     return value
