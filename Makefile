@@ -19,7 +19,7 @@ install: $(STAMP) system-deps mpich
 # `srun --mpi=pmix` cannot wire Open MPI ranks into one world.
 MULTIARCH := $(shell uname -m)-linux-gnu
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio /usr/sbin/slurmctld:slurm-wlm /usr/sbin/munged:munge \
-	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev
+	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev /usr/bin/chromium:chromium
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -e "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

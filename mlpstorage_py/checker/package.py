@@ -65,6 +65,18 @@ class Leaf:
         path = self.path / "provenance.json"
         return read_object(path) if files.kind_of(path) in (files.FILE, files.LINK) else None
 
+    def json_object(self, name: str) -> dict[str, Any] | None:
+        """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json); None when absent
+        or a link, {"__unreadable__": why} when broken."""
+        path = self.path / name
+        return read_object(path) if files.kind_of(path) == files.FILE else None
+
+    @functools.cached_property
+    def results_table(self) -> dict[str, Any] | None:
+        """The result's results.json, which reportgen writes beside the run leaves; None when absent."""
+        path = self.path.parent / "results.json"
+        return read_object(path) if files.kind_of(path) == files.FILE else None
+
     def broken(self, what: str) -> str | None:
         """Why the leaf's metadata/summary/provenance cannot be read, or None."""
         data = getattr(self, what)

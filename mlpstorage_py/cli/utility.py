@@ -28,13 +28,21 @@ def register(top: Any) -> None:
     add_universal(p, writes_leaf=False)
     p.set_defaults(_handler="validate")
 
-    p = top.add_parser("reports", help="aggregate results: `reports reportgen`")
+    p = top.add_parser("reports", help="aggregate results: `reports reportgen`, `reports html`")
     sub = p.add_subparsers(dest="report_command", metavar="<command>", required=True)
     r = sub.add_parser("reportgen", help="write the results tables, public IDs and submission.yaml",
                        description="Compute each result's figures by the rules into results.json, the organization's "
                                    "results.json/results.csv rollups with pinned Public IDs, and submission.yaml.")
     add_universal(r, writes_leaf=False)
     r.set_defaults(_handler="reportgen")
+    r = sub.add_parser("html", help="write one self-contained HTML page of the tree: figures, plots, findings",
+                       description="Per result: the figures of its results.json (run reportgen first), plots of its "
+                                   "runs and the validate findings, as one HTML page that loads nothing from anywhere.")
+    r.add_argument("--output", "-o", metavar="FILE",
+                   help="the page to write, outside the tree (default ./<results-dir name>-report.html)")
+    r.add_argument("--force", action="store_true", help="replace an existing FILE")
+    add_universal(r, writes_leaf=False)
+    r.set_defaults(_handler="mlpstorage_py.report.html:reports_html")
 
     p = top.add_parser("history", help="show or re-run recorded commands")
     sub = p.add_subparsers(dest="history_command", metavar="<command>", required=True)
