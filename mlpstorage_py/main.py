@@ -30,6 +30,7 @@ ENV_FALLBACKS = {
     "systemname": "MLPSTORAGE_SYSTEMNAME",
     "data_dir": "MLPSTORAGE_DATA_DIR",
     "checkpoint_folder": "MLPSTORAGE_CHECKPOINT_FOLDER",
+    "dlio_bin_path": "MLPSTORAGE_DLIO_BIN_PATH",
 }
 
 

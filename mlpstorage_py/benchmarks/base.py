@@ -52,6 +52,9 @@ class Plan:
     client_hosts: list[dict[str, Any]] | None = None
     # The engine job's deadline in seconds, once known (recorded in the metadata).
     deadline_s: float | None = None
+    # (stamp, provenance tag) of the DLIO that runs the work, when the benchmark detected one
+    # (benchmarks.dlio_engine); None: provenance reads this environment's.
+    dlio_engine: tuple[dict[str, str], str] | None = None
 
 
 class Benchmark(abc.ABC):

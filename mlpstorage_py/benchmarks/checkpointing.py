@@ -1,6 +1,8 @@
 """Checkpointing (llama3 8b/70b/405b/1t): our MPI checkpoint engine writes then reads
 checkpoints shard by shard, because DLIO 2.0.0 has no checkpoint-only workflow. With `object`
-storage the checkpoint folder is an s3:// URI and the engine's I/O goes through s3dlio."""
+storage the checkpoint folder is an s3:// URI and the engine's I/O goes through s3dlio.
+OPEN `--engine dlio` runs the working group's DLIO 3.0.x instead, as a cross-check
+(benchmarks/dlio_checkpointing.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.benchmarks import dlio_checkpointing, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
@@ -76,6 +78,8 @@ class CheckpointingBenchmark(Benchmark):
                    "--num-write", str(writes), "--num-read", str(reads)]
         if req.command != "datasize":
             plan.commands = [mpi_command(MpiOptions.from_args(req.args), processes, program)]
+        if req.command != "datasize" and self._through_dlio():
+            dlio_checkpointing.plan_phases(req.args, req.model, req.storage, plan)
         largest = max(plan.engine_parameters["bytes_per_rank"])
         plan.report = [
             f"{req.model}: checkpoint {layout.total_gib:,.2f} GiB (model {layout.model_bytes / 2**30:,.2f} GiB + optimizer "
@@ -84,6 +88,9 @@ class CheckpointingBenchmark(Benchmark):
             f"  largest per-rank share {largest / 2**30:,.2f} GiB; {writes} write(s), {reads} read(s)",
         ]
         return plan
+
+    def _through_dlio(self) -> bool:
+        return self.request.arg("engine") == "dlio"
 
     def preflight(self, plan: Plan) -> None:
         """Rules 4.6.1, 4.3.5, 4.3.4, 4.6.4 and 4.4.1 before any byte is written."""
@@ -135,6 +142,13 @@ class CheckpointingBenchmark(Benchmark):
             s3.check_reachable(s3.parse_uri(folder, "--checkpoint-folder"))
         else:
             Path(folder).mkdir(parents=True, exist_ok=True)
+        if self._through_dlio():
+            dlio_checkpointing.execute(self, plan, leaf)
+            _write_config_record(leaf, plan, self.request.args, dlio_checkpointing.workload_record(plan),
+                                 f"written by mlpstorage: {plan.engine_parameters['engine']} ran the "
+                                 f"{' and '.join(plan.engine_parameters['phases'])} as separate invocations, "
+                                 "each with its own Hydra record in dlio_<phase>/dlio_config")
+            return
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
@@ -163,12 +177,14 @@ class CheckpointingBenchmark(Benchmark):
         missing = [r for r in range(plan.num_processes) if not (leaf / f"{r}_per_epoch_stats.json").is_file()]
         if missing:
             raise BenchmarkFailed(f"ranks {missing} wrote no per_epoch_stats.json")
-        if abs(metric.get("checkpoint_size_GB", 0) - plan.engine_parameters["checkpoint_size_GB"]) > 1e-9:
+        if self._through_dlio():
+            dlio_checkpointing.check_size(summary, plan.engine_parameters["checkpoint_size_GB"])
+        elif abs(metric.get("checkpoint_size_GB", 0) - plan.engine_parameters["checkpoint_size_GB"]) > 1e-9:
             raise BenchmarkFailed("the engine's checkpoint_size_GB differs from the planned layout")
         parts = [f"{phase} {metric[f'{phase}_checkpoint_io_mean_GB_per_second']:.3f} GiB/s"
                  for phase in ("save", "load") if f"{phase}_checkpoint_io_mean_GB_per_second" in metric]
         print(f"{self.request.model}: checkpoint {metric['checkpoint_size_GB']:.3f} GiB, " + ", ".join(parts))
-        extra: dict[str, Any] = {"engine": ENGINE}
+        extra: dict[str, Any] = {"engine": plan.engine_parameters["engine"]}
         if ckpt["num_checkpoints_read"]:
             extra["page_cache"] = _read_cache_record(summary, plan.client_hosts or [])
         return extra
@@ -192,15 +208,18 @@ def _shape_paths(overrides: dict[str, str]) -> dict[str, str]:
             for k, v in overrides.items()}
 
 
-def _write_config_record(leaf: Path, plan: Plan, args: dict[str, Any]) -> None:
+def _write_config_record(leaf: Path, plan: Plan, args: dict[str, Any], workload: dict[str, Any] | None = None,
+                         note: str | None = None) -> None:
     """Rules 2.1.26 want dlio_config/{config,hydra,overrides}.yaml in every checkpointing leaf;
-    our engine is not DLIO/Hydra, so they record what it actually ran with."""
+    our engine is not DLIO/Hydra (and --engine dlio runs two Hydra invocations), so they record
+    what actually ran."""
     folder = leaf / "dlio_config"
     folder.mkdir(exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump({"workload": plan.parameters}, sort_keys=False), encoding="utf-8")
+    (folder / "config.yaml").write_text(yaml.safe_dump({"workload": workload or plan.parameters}, sort_keys=False),
+                                        encoding="utf-8")
     (folder / "overrides.yaml").write_text(
         yaml.safe_dump([f"++workload.{k}={v}" for k, v in plan.override_parameters.items()]), encoding="utf-8")
     (folder / "hydra.yaml").write_text(yaml.safe_dump({
-        "note": f"written by {ENGINE}; DLIO 2.0.0 has no checkpoint workflow, so no Hydra run took place",
-        "engine": ENGINE, "command": plan.commands, "num_processes": plan.num_processes,
+        "note": note or f"written by {ENGINE}; DLIO 2.0.0 has no checkpoint workflow, so no Hydra run took place",
+        "engine": plan.engine_parameters["engine"] if plan.engine_parameters else ENGINE, "command": plan.commands, "num_processes": plan.num_processes,
         "hosts": args.get("hosts") or ["127.0.0.1"]}, sort_keys=False), encoding="utf-8")

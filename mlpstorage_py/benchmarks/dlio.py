@@ -1,75 +1,98 @@
-"""DLIO as an engine: translate the edition spelling for the installed DLIO, build its command,
-and check what it wrote. DLIO silently ignores keys it does not know, so nothing is passed
+"""DLIO as an engine: translate the edition spelling for the DLIO that runs (2.0.0 or the fork's
+3.0.x, benchmarks.dlio_engine), build its command, and check what it wrote (either layout). DLIO silently ignores keys it does not know, so nothing is passed
 that the installed version does not read, and anything dropped is recorded and reported."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
-from mlpstorage_py.errors import BenchmarkFailed, NotAvailable
+from mlpstorage_py.benchmarks import dlio_engine
+from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, mpi_command
-from mlpstorage_py.rules.core_config import flatten
 
 HYDRA_SUBDIR = "dlio_config"
+NAME_PREFIX = "mlps_"
 
 
 def engine_table() -> dict[str, Any]:
-    """The translation table for the installed DLIO version."""
-    try:
-        version = metadata.version("dlio-benchmark")
-    except metadata.PackageNotFoundError:
-        raise NotAvailable("DLIO (dlio-benchmark) is not installed; run `make install`") from None
-    path = workloads.configs_dir() / "dlio" / "engines" / f"dlio-{version}.yaml"
-    if not path.is_file():
-        raise NotAvailable(f"no translation table for DLIO {version} ({path}); this build knows how to drive DLIO 2.0.0")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    """The translation table for the DLIO installed beside this Python."""
+    return dlio_engine.detect().table
+
+
+def workload_name(model: str, command: str) -> str:
+    """Our generated workload's name: Hydra loads the engine's packaged file instead of ours for
+    a name it ships (the fork ships unet3d_h100 etc.), so ours carry a prefix no DLIO uses."""
+    return f"{NAME_PREFIX}{model.replace('-', '_')}_{command}"
+
+
+def _flat(tree: dict[str, Any], whole: set[str], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {dotted.key: value}, keeping the mappings named in `whole` as values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and dotted not in whole:
+            flat.update(_flat(value, whole, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _put(engine: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = engine
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = copy.deepcopy(value)
 
 
 def translate(parameters: dict[str, Any], table: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Edition-spelled workload -> what the installed DLIO reads; returns (engine config, dropped keys)."""
+    """Edition-spelled workload -> what the DLIO of `table` reads; returns (engine config, dropped keys)."""
     engine: dict[str, Any] = {}
     dropped: list[str] = []
-    for section in table["whole_sections"]:
+    whole_sections = table.get("whole_sections") or []
+    for section in whole_sections:
         if section in parameters:
             engine[section] = copy.deepcopy(parameters[section])
-    for key, value in flatten({k: v for k, v in parameters.items() if k not in table["whole_sections"]}).items():
+    rest = {k: v for k, v in parameters.items() if k not in whole_sections}
+    for key, value in _flat(rest, set(table.get("whole_keys") or [])).items():
         key = table["rename"].get(key, key)
         section, _, name = key.partition(".")
-        known = table["known"].get(section, [])
-        if (name and name in known) or (not name and section in known):
-            if name:
-                engine.setdefault(section, {})[name] = value
-            else:
-                engine[section] = value
+        if (name or section) in table["known"].get(section, []):
+            _put(engine, key, value)
         else:
             dropped.append(key)
+    for key, value in (table.get("defaults") or {}).items():
+        section, _, name = key.partition(".")
+        if section in engine and name not in engine[section]:
+            _put(engine, key, value)
     return engine, dropped
 
 
 EPOCH_CACHE_FILE = "page_cache_epochs.jsonl"
 
 
-def command(opts: MpiOptions, processes: int, workload_name: str, *, s3dlio: bool = False,
-            epoch_cache: bool = False) -> list[str]:
-    """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders. Every rank runs DLIO's main
-    through benchmarks/dlio_rank.py (abort the job on a rank's exception; optionally the s3dlio
-    plug-ins and a page-cache drop on every host between epochs)."""
-    rank = [sys.executable, "-m", "mlpstorage_py.benchmarks.dlio_rank"]
+def command(opts: MpiOptions, processes: int, workload_name: str, *, engine: dlio_engine.Engine,
+            s3dlio: bool = False, epoch_cache: bool = False, output: str = LEAF,
+            writer_record: str | None = None) -> list[str]:
+    """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders. Every rank runs the engine's
+    DLIO main through benchmarks/dlio_rank.py (abort the job on a rank's exception; optionally the
+    s3dlio plug-ins, a page-cache drop on every host between epochs, and a record of the
+    checkpoint writer the fork chose)."""
+    rank = engine.rank_program()
     if s3dlio:
         rank.append("--s3dlio")
     if epoch_cache:
-        rank += ["--epoch-cache", f"{LEAF}/{EPOCH_CACHE_FILE}"]
+        rank += ["--epoch-cache", f"{output}/{EPOCH_CACHE_FILE}"]
+    if writer_record:
+        rank += ["--writer-record", writer_record]
     program = rank + ["--", "--config-dir", f"{SCRATCH}/config", f"workload={workload_name}",
-                      f"++hydra.run.dir={LEAF}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
-                      f"++workload.output.folder={LEAF}"]
+                      f"++hydra.run.dir={output}", f"++hydra.output_subdir={HYDRA_SUBDIR}",
+                      f"++workload.output.folder={output}"]
     return mpi_command(opts, processes, program)
 
 

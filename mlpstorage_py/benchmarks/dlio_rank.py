@@ -6,6 +6,9 @@ DLIO's own main, unchanged in what it measures, with three things around it:
   appends what every host did to FILE (JSON lines), so epoch 2 reads storage, not the memory
   epoch 1 filled. It runs after an epoch's statistics are closed and before the next opens,
   outside DLIO's timed spans; DLIO 2.0.0 has no hook of its own for this;
+- `--writer-record FILE`: once DLIO has finished, rank 0 writes which checkpoint writer the
+  fork (3.0.x) loaded: the reference tool's `mlpstorage_py.checkpointing.StreamingCheckpointing`
+  (which our package does not provide) or the fork's own fallback writer;
 - any rank's uncaught exception (Hydra turns one into exit 1) aborts the whole MPI job at once,
   after printing the traceback: a rank that fails must not leave the others waiting forever in
   a collective (DLIO 2.0.0's IndexError with a file count that does not divide by the ranks).
@@ -64,6 +67,24 @@ def install_epoch_drop(record: str) -> None:
     ConfigArguments.reconfigure = reconfigure
 
 
+# The checkpoint writers the fork may load, by module: what each is.
+WRITERS = {
+    "mlpstorage_py.checkpointing": "StreamingCheckpointing (the reference tool's mlpstorage_py.checkpointing)",
+    "dlio_benchmark.checkpointing.simple_streaming_checkpointing":
+        "SimpleStreamingCheckpointing (the fork's fallback: zero-filled buffers, fsync on every file)",
+}
+
+
+def record_writer(path: str, rank: int) -> None:
+    """Rank 0: the writer modules DLIO loaded during the run (none for a 2.0.0 or training run).
+    `rank` is read before DLIO runs: the fork finalizes MPI before its main returns."""
+    if rank != 0:
+        return
+    loaded = [{"module": m, "writer": w} for m, w in WRITERS.items() if m in sys.modules]
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"writers_loaded": loaded}, fh, indent=2)
+
+
 def _abort(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -77,6 +98,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="dlio_rank")
     parser.add_argument("--s3dlio", action="store_true")
     parser.add_argument("--epoch-cache")
+    parser.add_argument("--writer-record")
     opts = parser.parse_args(argv[:split])
     sys.argv = ["dlio_benchmark", *argv[split + 1:]]
     if opts.s3dlio:
@@ -85,6 +107,11 @@ def main(argv: list[str]) -> None:
         dlio_s3dlio.install()
     if opts.epoch_cache:
         install_epoch_drop(opts.epoch_cache)
+    rank = -1
+    if opts.writer_record:
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.Get_rank()
     from dlio_benchmark.main import main as dlio_main
 
     try:
@@ -94,10 +121,14 @@ def main(argv: list[str]) -> None:
             print(f"dlio_rank: DLIO exited with {exc.code} on {socket.gethostname()}; aborting the MPI job",
                   file=sys.stderr)
             _abort(int(exc.code) if isinstance(exc.code, int) else 1)
+        if opts.writer_record:
+            record_writer(opts.writer_record, rank)
         raise
     except BaseException:
         traceback.print_exc()
         _abort(1)
+    if opts.writer_record:
+        record_writer(opts.writer_record, rank)
 
 
 if __name__ == "__main__":

@@ -180,7 +180,8 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
                 status: int, failure: str | None) -> None:
     """Pointer, provenance and metadata; written last so they describe the outcome."""
     (leaf / code_image.POINTER_FILE).write_text(code_image.pointer_text(digest) + "\n", encoding="utf-8")
-    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library))
+    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library,
+                                            plan.dlio_engine))
     end = time.time()
     metadata.update(
         executed_command="; ".join(shlex.join(argv) for argv in plan.commands),

@@ -1,5 +1,7 @@
-"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen, run and configview through DLIO,
-on a directory (file) or an s3:// prefix (object, DLIO with the s3dlio plug-ins of storage/dlio_s3dlio.py)."""
+"""Training (unet3d, retinanet): datasize by Rules 3.1.2; datagen, run and configview through DLIO
+(this environment's, or another's with --dlio-bin-path: benchmarks/dlio_engine.py), on a directory
+(file) or an s3:// prefix (object: DLIO 2.0.0 with the s3dlio plug-ins of storage/dlio_s3dlio.py,
+the fork's 3.0.x through its own s3dlio path)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__
-from mlpstorage_py.benchmarks import datasets, dlio, workloads
+from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused
 from mlpstorage_py.launch import hostinfo
@@ -182,28 +184,35 @@ class TrainingBenchmark(Benchmark):
         for section, values in data.engine_location().items():
             for key, value in values.items():
                 overrides.setdefault(f"{section}.{key}", str(value))
+        runner = dlio_engine.detect(req.arg("dlio_bin_path"))
+        if data.storage == "object" and runner.native_object_storage:
+            for key, value in runner.table["object_storage"].items():
+                overrides.setdefault(f"storage.{key}", str(value))
         parameters = workloads.apply_overrides(base, overrides)
         if req.command == "datagen":
             self._size_datagen(parameters, overrides)
-        table = dlio.engine_table()
-        engine, dropped = dlio.translate(parameters, table)
-        if data.storage == "object" and req.command == "run":
+        engine, dropped = dlio.translate(parameters, runner.table)
+        plugin = data.storage == "object" and not runner.native_object_storage
+        if plugin and req.command == "run":
             engine.setdefault("reader", {}).update(datasets.OBJECT_READER)
         for key in dropped:
-            log.warning(f"DLIO {table['version']} does not read {key}; it is recorded but not passed to DLIO")
-        name = f"{req.model}_{'datagen' if req.command == 'datagen' else 'run'}"
+            log.warning(f"DLIO {runner.version} does not read {key}; it is recorded but not passed to DLIO")
         plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.arg("accelerator_type"),
                     override_parameters=overrides, verification=verification,
                     data_dir=data.folder.parent if isinstance(data, datasets.FileDataset) else None,
-                    engine_parameters={"engine": f"dlio_benchmark {table['version']}", "workload": engine,
+                    engine_parameters={"engine": runner.name, "dlio": runner.record(), "workload": engine,
                                        "not_passed": dropped},
-                    storage_library=s3.library() if data.storage == "object" else None)
-        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), name,
-                                      s3dlio=data.storage == "object",
+                    storage_library=s3.library() if data.storage == "object" else None,
+                    dlio_engine=(runner.stamp, runner.stamp_tag))
+        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), self._workload_name(),
+                                      engine=runner, s3dlio=plugin,
                                       epoch_cache=req.command == "run" and data.storage == "file")]
         plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {data}",
                        "resolved DLIO workload:", *("  " + line for line in yaml.safe_dump(engine, sort_keys=False).splitlines())]
         return plan
+
+    def _workload_name(self) -> str:
+        return dlio.workload_name(self.request.model, "datagen" if self.request.command == "datagen" else "run")
 
     def _size_datagen(self, parameters: dict[str, Any], overrides: dict[str, str]) -> None:
         """Generate what datasize asked for unless the user says otherwise (Rules 3.2.1)."""
@@ -333,8 +342,7 @@ class TrainingBenchmark(Benchmark):
                 self._drop_caches(plan)
             write_json(leaf / LEAF_MANIFEST, self.manifest)
         with self.scratch() as scratch:
-            name = f"{self.request.model}_{'datagen' if self.request.command == 'datagen' else 'run'}"
-            dlio.write_workload(scratch, name, plan.engine_parameters["workload"])
+            dlio.write_workload(scratch, self._workload_name(), plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             label = f"training_{self.request.command}"
             plan.deadline_s = self._deadline(plan)

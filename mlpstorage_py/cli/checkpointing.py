@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_universal, command_parser,
-                                      positive_float, positive_int)
+from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_universal,
+                                      command_parser, positive_float, positive_int)
+from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.rules.tables import checker, edition
 
 
@@ -39,6 +40,11 @@ def register(benches: Any, mode: str) -> None:
                 p.add_argument("--checkpoint-folder", "-cf", help="where checkpoints go (else MLPSTORAGE_CHECKPOINT_FOLDER)")
                 add_storage(p)
                 add_mpi(p)
+                add_open_only(p, mode, "--engine", choices=["mlpstorage", "dlio"], default="mlpstorage",
+                              help="mlpstorage: our MPI checkpoint engine (default); dlio: the working group's DLIO "
+                                   "(3.0.x, with --dlio-bin-path or installed here) as a cross-check, write and read "
+                                   "as two invocations with a page-cache drop between")
+                add_dlio_bin_path(p)
             add_params(p, mode)
             p.add_argument("--subset", dest="checkpoint_subset", action="store_true",
                            help="declare an 8-process subset run (CLOSED: llama3-8b only, Rules 4.3.5)")

@@ -33,6 +33,13 @@ def register(benches: Any, mode: str) -> None:
         _run(command_parser(commands, "configview", "show the resolved DLIO configuration without running", "training"), mode, accels)
 
 
+def add_dlio_bin_path(p: Any) -> None:
+    p.add_argument("--dlio-bin-path", metavar="DIR",
+                   help="run the DLIO installed in another environment: DIR is its bin directory (its python and "
+                        "dlio_benchmark), e.g. the working group's fork; else MLPSTORAGE_DLIO_BIN_PATH, else this "
+                        "environment's DLIO")
+
+
 def _common(p: Any, mode: str) -> None:
     p.add_argument("--data-dir", "-dd", help="dataset directory on the storage under test (else MLPSTORAGE_DATA_DIR)")
     add_params(p, mode)
@@ -59,6 +66,7 @@ def _datagen(p: Any, mode: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in <data-dir>/<model>")
     add_storage(p)
     add_mpi(p)
+    add_dlio_bin_path(p)
     _common(p, mode)
 
 
@@ -68,4 +76,5 @@ def _run(p: Any, mode: str, accels: list[str]) -> None:
                    help="simulated accelerators (= MPI ranks)")
     add_storage(p)
     add_mpi(p)
+    add_dlio_bin_path(p)
     _common(p, mode)

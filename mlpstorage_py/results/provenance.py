@@ -25,8 +25,13 @@ def dlio_stamp() -> tuple[dict[str, str], str]:
         dist = metadata.distribution("dlio-benchmark")
     except metadata.PackageNotFoundError:
         return {"version": UNKNOWN, "source": UNKNOWN, "commit": UNKNOWN}, "unknown"
-    stamp = {"version": dist.version or UNKNOWN, "source": "pypi", "commit": UNKNOWN}
-    direct = dist.read_text("direct_url.json")
+    return stamp_from_metadata(dist.version, dist.read_text("direct_url.json"))
+
+
+def stamp_from_metadata(version: str | None, direct: str | None) -> tuple[dict[str, str], str]:
+    """A DLIO stamp from a distribution's version and PEP 610 direct_url.json text (also read
+    from another environment by benchmarks.dlio_engine)."""
+    stamp = {"version": version or UNKNOWN, "source": "pypi", "commit": UNKNOWN}
     if not direct:
         return stamp, "package-metadata"
     info = json.loads(direct)
@@ -36,10 +41,15 @@ def dlio_stamp() -> tuple[dict[str, str], str]:
 
 
 def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str | None,
-          storage_library: dict[str, str] | None = None) -> dict[str, Any]:
+          storage_library: dict[str, str] | None = None,
+          dlio_engine: tuple[dict[str, str], str] | None = None) -> dict[str, Any]:
     """The stamp for one leaf; every value is a string or number, never null. `engine` names
-    what ran the workload when it was not DLIO (the dlio block then says n/a)."""
-    if engine is None:
+    what ran the workload when it was not DLIO (the dlio block then says n/a); `dlio_engine`
+    is the (stamp, tag) of the DLIO that ran when the benchmark chose one (--dlio-bin-path,
+    checkpointing's --engine dlio)."""
+    if dlio_engine is not None:
+        dlio, dlio_tag = dlio_engine
+    elif engine is None:
         dlio, dlio_tag = dlio_stamp()
     else:
         dlio, dlio_tag = {"version": "n/a", "source": engine, "commit": "n/a"}, "n/a"
