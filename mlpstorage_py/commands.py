@@ -63,9 +63,11 @@ def _write_findings(path: Path, text: str) -> None:
 
 def reportgen(args: dict[str, Any], argv: list[str]) -> int:
     from mlpstorage_py.report import reportgen as report
+    from mlpstorage_py.results.sentinel import resolve_orgs
 
     root, _ = resolve_results_dir(args.get("results_dir"))
-    require_org(root)
+    orgs = resolve_orgs(root)  # the sentinel's, else the tree's own: a published package needs no init
+    print(f"{root}: organization(s) {', '.join(orgs)}")
     for path in report.generate(root):
         print(f"wrote {path}")
     return 0

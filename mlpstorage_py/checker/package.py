@@ -17,6 +17,10 @@ DIVISIONS = ("closed", "open")
 # Where timestamp leaves sit below results/<system>/, by benchmark directory:
 # the number of path segments between the benchmark directory and the timestamp.
 LEAF_DEPTH = {"training": 2, "checkpointing": 1, "vector_database": 3, "kv_cache": 2}
+# The tool's own corner of a results tree (history, scratch, submissions) and the trash that
+# `mlpstorage runs rm` moves leaves to: never read as part of the package.
+PRIVATE_DIR = ".mlps"
+TRASH_DIR = Path(PRIVATE_DIR) / "trash"
 
 
 @dataclass
@@ -133,7 +137,7 @@ class Package:
         """The package's leaves and organizations; a new Package is a new reading of the files."""
         files.start(root)
         pkg = cls(root)
-        for division in DIVISIONS:
+        for division in DIVISIONS:  # only <division>/: the trash below .mlps/ is never a leaf
             for org_dir in _subdirs(root / division):
                 if submitters and org_dir.name not in submitters:
                     continue
@@ -163,7 +167,7 @@ class Package:
         """Every code-<hash8> directory: the tree-level pool and per-organization pools."""
         pools = [self.root / code_image.POOL_DIR]
         pools += [p for p in self.root.iterdir() if p.is_dir() and (p / code_image.POOL_MARKER).is_file()
-                  and p.name != code_image.POOL_DIR]
+                  and p.name not in (code_image.POOL_DIR, PRIVATE_DIR)]
         return [d for pool in pools if pool.is_dir() for d in sorted(pool.glob("code-*")) if d.is_dir()]
 
     def resolve_image(self, leaf: Leaf, digest: str) -> Path | None:

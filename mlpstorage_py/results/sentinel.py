@@ -107,3 +107,29 @@ def require_org(results_dir: Path) -> str:
         raise ConfigurationError(
             f"results directory {results_dir} has not been initialised; run `mlpstorage init <org> {results_dir}` first")
     return str(sentinel["orgname"])
+
+
+def tree_orgs(results_dir: Path) -> list[str]:
+    """Organizations a tree holds as <division>/<org>/ (closed, open), sorted, never following a link:
+    a published package has no sentinel, and may hold several submitters."""
+    found = set()
+    for division in ("closed", "open"):
+        base = results_dir / division
+        if base.is_dir() and not base.is_symlink():
+            found.update(p.name for p in base.iterdir() if p.is_dir() and not p.is_symlink() and ORG_PATTERN.match(p.name))
+    return sorted(found)
+
+
+def resolve_orgs(results_dir: Path) -> list[str]:
+    """The tree's organizations: the sentinel's where init wrote one, else those of the tree itself
+    (`<division>/<org>/...`), so reports and checks run on published packages as they are."""
+    if not results_dir.is_dir():
+        raise ConfigurationError(f"results directory {results_dir} does not exist")
+    sentinel = read_sentinel(results_dir)
+    if sentinel is not None:
+        return [str(sentinel["orgname"])]
+    orgs = tree_orgs(results_dir)
+    if not orgs:
+        raise ConfigurationError(f"{results_dir} has no {SENTINEL} and no closed/<org>/ or open/<org>/ directory: "
+                                 f"not a results tree or package (run `mlpstorage init <org> {results_dir}` to start one)")
+    return orgs
