@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator
 from mlpstorage_py.checker.files import DIR, FILE, LINK, OTHER, entries, read_text, real_dir, real_file, visible
 from mlpstorage_py.checker.package import DIVISIONS, Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
+from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, checkpointing_leaves, dig, record, sanctioned, system_description,
     timestamp_dirs, training_leaves, workloads)
@@ -53,11 +54,12 @@ not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state
 
 
 def _symlinks(root: Path) -> Iterator[Path]:
-    """Every symbolic link below the package root (top-level dot entries excluded), unfollowed."""
+    """Every symbolic link and special file (FIFO, socket, device) below the package root
+    (top-level dot entries excluded), unfollowed and unopened."""
     stack = visible(root)
     while stack:
         _, kind, path = stack.pop()
-        if kind == LINK:
+        if kind in (LINK, OTHER):
             yield path
         elif kind == DIR:
             stack.extend(entries(path))
@@ -85,6 +87,10 @@ def _leaf_dirs(pkg: Package) -> Iterator[tuple[str, Path]]:
 def generated_hierarchy(pkg: Package) -> Iterable[Finding]:
     """No symlinks; no hand-made files beside submission.yaml; every leaf carries mlpstorage's metadata."""
     for link in _symlinks(pkg.root):
+        if not link.is_symlink():
+            yield finding("1.1", INVALID, link, "a special file (FIFO, socket or device): mlpstorage writes none, "
+                                                "and the checker does not open it")
+            continue
         try:
             target = os.readlink(link)
         except OSError:
@@ -389,7 +395,8 @@ def _host_profiles(rec: LeafRecord) -> dict[tuple[str, str], dict[str, Any]]:
 
 @rule("2.1.9", "identicalSystemConfig")
 def identical_system(pkg: Package) -> Iterable[Finding]:
-    """Every run under one system name records the same client hosts (memory, cores, OS)."""
+    """Every run under one system name records the same client hosts (memory, cores, OS), and the ones its description states."""
+    yield from description_drift(pkg)
     by_system: dict[tuple[str, str, str], list[Path]] = {}
     for family in ("training", "checkpointing"):
         leaves = training_leaves(pkg, "run") if family == "training" else checkpointing_leaves(pkg)

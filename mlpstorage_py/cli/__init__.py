@@ -12,6 +12,8 @@ import argparse
 
 from mlpstorage_py import __version__
 from mlpstorage_py.cli import checkpointing, kvcache, training, utility, vectordb
+from mlpstorage_py.cli import config, systems
+from mlpstorage_py.cli import submission
 from mlpstorage_py.cli.common import MODES, Parser
 
 
@@ -35,6 +37,9 @@ def build_parser(argv: list[str] | None = None) -> Parser:
         vectordb.register(benches, mode)
         kvcache.register(benches, mode)
     utility.register(top)
+    systems.register(top)
+    config.register(top)
+    submission.register(top)
     return parser
 
 

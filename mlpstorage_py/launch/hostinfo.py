@@ -38,14 +38,54 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _os_name() -> str:
+def _os_release() -> dict[str, str]:
     try:
-        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
-            if line.startswith("PRETTY_NAME="):
-                return line.split("=", 1)[1].strip().strip('"')
+        lines = Path("/etc/os-release").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    return {k: v.strip().strip('"') for k, _, v in (line.partition("=") for line in lines) if v}
+
+
+def _cpu_topology() -> tuple[int | None, int | None]:
+    """(sockets, physical cores) from /proc/cpuinfo: what a system description calls cpu_qty
+    and cpu_cores (os.cpu_count() counts hardware threads)."""
+    cores, package = set(), None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "physical id":
+                    package = value.strip()
+                elif key.strip() == "core id":
+                    cores.add((package, value.strip()))
     except OSError:
         pass
-    return platform.system()
+    return (len({p for p, _ in cores}), len(cores)) if cores else (None, None)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+
+
+NET_TYPES = {"1": "ethernet", "32": "infiniband"}
+
+
+def nics(root: Path = Path("/sys/class/net")) -> list[dict[str, Any]]:
+    """Physical network interfaces (those with a device behind them) as sysfs shows them:
+    name, type, state, speed in Mb/s (None where the driver does not say) and driver."""
+    found = []
+    for path in sorted(root.iterdir()) if root.is_dir() else []:
+        if not (path / "device").exists():
+            continue  # loopback, bridges, veth, ifb: not hardware the system description lists
+        speed = _read(path / "speed")
+        driver = path / "device" / "driver"
+        found.append({"name": path.name, "type": NET_TYPES.get(_read(path / "type") or "", "other"),
+                      "state": _read(path / "operstate"), "driver": driver.resolve().name if driver.exists() else None,
+                      "speed_mbps": int(speed) if speed and speed.isdigit() and int(speed) > 0 else None})
+    return found
 
 
 def drop_here() -> str:
@@ -58,9 +98,12 @@ def drop_here() -> str:
 
 
 def local_facts(drop_cache: bool = False) -> dict[str, Any]:
+    release, (sockets, cores) = _os_release(), _cpu_topology()
     facts = {"hostname": socket.gethostname(), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
-             "memory_total_bytes": meminfo_bytes(), "os": _os_name(), "kernel": platform.release(),
-             "machine": platform.machine()}
+             "cpu_sockets": sockets, "cpu_cores": cores, "memory_total_bytes": meminfo_bytes(),
+             "os": release.get("PRETTY_NAME") or platform.system(), "os_name": release.get("NAME"),
+             "os_version": release.get("VERSION_ID"), "kernel": platform.release(), "machine": platform.machine(),
+             "nics": nics()}
     if drop_cache:
         facts["page_cache"] = drop_here()
     return facts
