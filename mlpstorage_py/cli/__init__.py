@@ -13,7 +13,6 @@ import argparse
 from mlpstorage_py import __version__
 from mlpstorage_py.cli import checkpointing, kvcache, training, utility, vectordb
 from mlpstorage_py.cli import config, systems
-from mlpstorage_py.cli import submission
 from mlpstorage_py.cli.common import MODES, Parser
 
 
@@ -39,7 +38,6 @@ def build_parser(argv: list[str] | None = None) -> Parser:
     utility.register(top)
     systems.register(top)
     config.register(top)
-    submission.register(top)
     return parser
 
 
