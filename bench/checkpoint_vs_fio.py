@@ -1,14 +1,23 @@
-"""Checkpoint engine throughput vs fio on the same directory, block size and bytes, measured in the
-same run. Prints GiB/s of both and the ratios ours/fio (1.0 = as fast as fio).
+"""Checkpoint engine throughput vs fio on the same directory, measured interleaved in one run.
+Prints GiB/s of each side per round, the medians and the ratios ours/fio (1.0 = as fast as fio).
 
-    .venv/bin/python bench/checkpoint_vs_fio.py [--dir DIR] [--block-size BYTES] [--count 3]
+    .venv/bin/python bench/checkpoint_vs_fio.py [--dir DIR] [--block-size BYTES] [--rounds 3]
+        [--o-direct] [--json FILE]
 
-Ours: `mpirun -np 2` engine, a ~1 GiB llama-shaped checkpoint (ZeRO-3, 2 files per rank), every
-file fsync'd, --count writes then --count reads after the page cache was dropped. fio: 2 jobs
-(one per rank) each writing one file of that rank's bytes (rounded down to whole blocks) sequentially with buffered psync I/O
-and end_fsync (fio counts the fsync in its runtime), --count times into fresh files; then the
-page cache is dropped once and each set is read back. Both rates are total bytes over the
-slowest job's time; ours is also shown as published (rank 0's own duration).
+Each round, in this order, every side into fresh files of a fresh directory, `sync` before each
+write so no side inherits another's dirty pages, the page cache dropped before each read:
+
+- ours: `mpirun -np 2` engine, a ~1 GiB llama-shaped checkpoint (ZeRO-3: 2 files per rank of
+  the layout's exact sizes), one checkpoint written then read; the figure as published (rank
+  0's GiB over its duration, which ends after every rank's fsyncs).
+- twin: fio doing the same work: one job per file, a rank's second file started when its first
+  ends (`wait_for`), the same block size per syscall (psync), the same fsync points (each file
+  on close), no preallocation (`fallocate=none`, files created by the job); the rank's time is
+  the sum of its jobs' runtimes, GiB/s = its bytes (each file rounded down to whole blocks) /
+  the slowest rank's time. Read back
+  likewise after the drop. With --o-direct both sides use O_DIRECT.
+- plain: the disk reference the issue names: fio, 1 MiB blocks, one job per rank writing one
+  file of the rank's bytes with end_fsync (fio defaults otherwise), then reading it back.
 """
 
 from __future__ import annotations
@@ -23,12 +32,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mlpstorage_py.checkpoint.shards import GIB, build_layout
+from mlpstorage_py.checkpoint.engine import FILE_BLOCK_SIZE
+from mlpstorage_py.checkpoint.shards import GIB, Layout, build_layout
 from mlpstorage_py.storage import drop_page_cache
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 RANKS = 2
+PLAIN_BLOCK = 1 << 20
 WORKLOAD = {
     "model": {"name": "llama_1gib", "num_layers": 4, "model_datatype": "fp16", "optimizer_datatype": "fp32",
               "parallelism": {"tensor": 1, "pipeline": 1, "zero_stage": 3},
@@ -38,76 +49,121 @@ WORKLOAD = {
 }
 
 
-def run_engine(root: Path, block: int, count: int) -> dict[str, list[float]]:
-    """Rates per checkpoint: as published (rank 0) and by the slowest rank, for save and load."""
+def run_engine(root: Path, block: int, direct: bool) -> tuple[float, float, dict]:
+    """One checkpoint written then read; (save GiB/s, load GiB/s) as published, and the engine record."""
     spec = root / "workload.json"
     spec.write_text(json.dumps(WORKLOAD), encoding="utf-8")
     out = root / "engine_out"
     env = os.environ | {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    os.sync()
     subprocess.run([str(BIN / "mpirun"), "-np", str(RANKS), str(BIN / "python"), "-m", "mlpstorage_py.checkpoint.engine",
                     "--workload", str(spec), "--checkpoint-folder", str(root / "engine_ckpt"), "--output-dir", str(out),
-                    "--num-write", str(count), "--num-read", str(count), "--block-size", str(block)],
+                    "--num-write", "1", "--num-read", "1", "--block-size", str(block), *(["--o-direct"] if direct else [])],
                    check=True, cwd=root, env=env, stdout=subprocess.DEVNULL)
-    stats = [json.loads((out / f"{r}_per_epoch_stats.json").read_text())["1"] for r in range(RANKS)]
-    size = build_layout(WORKLOAD, RANKS).total_gib
-    rates: dict[str, list[float]] = {}
-    for phase in ("save", "load"):
-        keys = [f"{phase}_ckpt{i}" for i in range(1, count + 1)]
-        rates[f"{phase}_rank0"] = [stats[0][k]["throughput"] for k in keys]
-        rates[f"{phase}_slowest"] = [size / max(s[k]["duration"] for s in stats) for k in keys]
-    policy = json.loads((out / "summary.json").read_text())["checkpoint_engine"]["cache_policy_applied"]
-    print(f"engine cache policy before reads: {policy}")
-    return rates
+    summary = json.loads((out / "summary.json").read_text())
+    metric = summary["metric"]
+    shutil.rmtree(root / "engine_ckpt")
+    return (metric["save_checkpoint_io_mean_GB_per_second"], metric["load_checkpoint_io_mean_GB_per_second"],
+            summary["checkpoint_engine"])
 
 
-def run_fio(rw: str, files: list[Path], sizes: list[int], block: int) -> float:
-    """One fio run, one job per file; GiB/s = all bytes / the slowest job's runtime."""
-    cmd = ["fio", "--output-format=json", "--ioengine=psync", "--direct=0", f"--rw={rw}", f"--bs={block}",
-           "--end_fsync=1" if rw == "write" else "--invalidate=1"]
-    for index, (path, size) in enumerate(zip(files, sizes)):
-        cmd += [f"--name=rank{index}", f"--filename={path}", f"--size={size}"]
-    jobs = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"]
-    moved = sum(j[rw]["io_bytes"] for j in jobs)
-    if moved != sum(sizes):
-        raise RuntimeError(f"fio {rw} moved {moved} bytes, expected {sum(sizes)}")
-    return moved / GIB / (max(j[rw]["runtime"] for j in jobs) / 1000)
+def fio(rw: str, jobs: list[tuple[str, Path, int, str | None]], options: list[str]) -> dict[str, float]:
+    """One fio run; jobs are (name, file, bytes, job to wait for). Returns seconds per job."""
+    cmd = ["fio", "--output-format=json", "--ioengine=psync", f"--rw={rw}", *options]
+    for name, path, size, after in jobs:
+        cmd += [f"--name={name}", f"--filename={path}", f"--size={size}", *([f"--wait_for={after}"] if after else [])]
+    result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"]
+    moved = sum(j[rw]["io_bytes"] for j in result)
+    if moved != sum(size for _, _, size, _ in jobs):
+        raise RuntimeError(f"fio {rw} moved {moved} bytes, expected {sum(size for _, _, size, _ in jobs)}")
+    return {j["jobname"]: j["job_runtime"] / 1000 for j in result}
+
+
+def twin(root: Path, layout: Layout, block: int, direct: bool) -> tuple[float, float]:
+    """fio doing the engine's work: its files, sizes, block size, fsync points and file order."""
+    root.mkdir()
+    jobs = []
+    for rank in range(RANKS):
+        previous = None
+        for index, f in enumerate(layout.files(rank)):
+            name = f"r{rank}f{index}"
+            # fio moves whole blocks: each file's bytes rounded down to the block size
+            jobs.append((name, root / f.name.replace("/", "_"), f.nbytes // block * block, previous))
+            previous = name
+    options = [f"--bs={block}", f"--direct={int(direct)}", "--fallocate=none", "--create_on_open=1"]
+    rates = []
+    for rw in ("write", "read"):
+        if rw == "write":
+            os.sync()
+        elif not drop_page_cache():
+            sys.exit("the page cache cannot be dropped (needs root): the read figures would be cache figures")
+        seconds = fio(rw, jobs, options + (["--fsync_on_close=1"] if rw == "write" else []))
+        per_rank = [sum(t for name, t in seconds.items() if name.startswith(f"r{r}f")) for r in range(RANKS)]
+        rates.append(sum(size for _, _, size, _ in jobs) / GIB / max(per_rank))
+    shutil.rmtree(root)
+    return rates[0], rates[1]
+
+
+def plain(root: Path, layout: Layout) -> tuple[float, float]:
+    """fio with 1 MiB blocks, one file per rank, end_fsync: the disk's plain sequential figure."""
+    root.mkdir()
+    sizes = [layout.rank_bytes(r) // PLAIN_BLOCK * PLAIN_BLOCK for r in range(RANKS)]
+    jobs = [(f"rank{r}", root / f"rank{r}.dat", sizes[r], None) for r in range(RANKS)]
+    os.sync()
+    wrote = fio("write", jobs, [f"--bs={PLAIN_BLOCK}", "--end_fsync=1"])
+    if not drop_page_cache():
+        sys.exit("the page cache cannot be dropped (needs root): the read figures would be cache figures")
+    read = fio("read", jobs, [f"--bs={PLAIN_BLOCK}"])
+    shutil.rmtree(root)
+    return sum(sizes) / GIB / max(wrote.values()), sum(sizes) / GIB / max(read.values())
+
+
+def measure(base: Path, block: int, rounds: int, direct: bool) -> dict:
+    """Interleaved rounds (ours, twin, plain); medians and ratios."""
+    layout = build_layout(WORKLOAD, RANKS)
+    runs: dict[str, list[float]] = {k: [] for k in ("ours_write", "ours_read", "twin_write", "twin_read",
+                                                   "plain_write", "plain_read")}
+    engine: dict = {}
+    with tempfile.TemporaryDirectory(dir=base, prefix="ckpt-vs-fio-") as tmp:
+        root = Path(tmp)
+        print(f"directory {root}; checkpoint {layout.total_bytes} B = {layout.total_gib:.3f} GiB on {RANKS} ranks, "
+              f"{sum(len(layout.files(r)) for r in range(RANKS))} files; block size {block}; O_DIRECT {direct}; "
+              f"{rounds} interleaved rounds", flush=True)
+        for index in range(rounds):
+            save, load, engine = run_engine(root, block, direct)
+            tw, tr = twin(root / f"twin{index}", layout, block, direct)
+            pw, pr = plain(root / f"plain{index}", layout)
+            for key, value in zip(runs, (save, load, tw, tr, pw, pr)):
+                runs[key].append(value)
+            print(f"round {index + 1}: write ours {save:.3f} twin {tw:.3f} plain {pw:.3f}; "
+                  f"read ours {load:.3f} twin {tr:.3f} plain {pr:.3f} GiB/s", flush=True)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    ratios = {f"{phase}_vs_{ref}": med[f"ours_{phase}"] / med[f"{ref}_{phase}"]
+              for phase in ("write", "read") for ref in ("twin", "plain")}
+    return {"block_size": block, "o_direct": direct, "engine": {k: engine.get(k) for k in ("direct_io", "durability",
+            "cache_policy_applied")}, "runs": runs, "medians": med, "ratios": ratios}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, help="where both write (default: a temp dir under /work)")
-    parser.add_argument("--block-size", type=int, default=16 << 20)
-    parser.add_argument("--count", type=int, default=3, help="checkpoints written and read by each side")
+    parser.add_argument("--dir", type=Path, help="where every side writes (default: a temp dir under /work)")
+    parser.add_argument("--block-size", type=int, default=FILE_BLOCK_SIZE,
+                        help="ours and the twin's bytes per syscall (default: the engine's for files)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are reported)")
+    parser.add_argument("--o-direct", action="store_true", help="both ours and the twin with O_DIRECT")
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     opts = parser.parse_args()
     if not shutil.which("fio"):
         sys.exit("fio not found: apt-get update && apt-get install -y fio")
-    base = opts.dir or REPO.parent
-    with tempfile.TemporaryDirectory(dir=base, prefix="ckpt-vs-fio-") as tmp:
-        root = Path(tmp)
-        layout = build_layout(WORKLOAD, RANKS)
-        # fio moves whole blocks only: each job gets its rank's bytes rounded down to the block size.
-        sizes = [layout.rank_bytes(r) // opts.block_size * opts.block_size for r in range(RANKS)]
-        print(f"directory {root}; checkpoint {layout.total_bytes} B = {layout.total_gib:.3f} GiB on {RANKS} ranks "
-              f"(fio: {sum(sizes)} B); block size {opts.block_size}; {opts.count} writes + {opts.count} reads each")
-        ours = run_engine(root, opts.block_size, opts.count)
-        shutil.rmtree(root / "engine_ckpt")
-        sets = [[root / "fio" / f"ckpt_{k}" / f"rank{r}.dat" for r in range(RANKS)] for k in range(opts.count)]
-        for files in sets:
-            files[0].parent.mkdir(parents=True)
-        fio_write = [run_fio("write", files, sizes, opts.block_size) for files in sets]
-        if not drop_page_cache():
-            print("note: cannot drop the page cache (not root); fio reads rely on its invalidate=1 (fadvise)")
-        fio_read = [run_fio("read", files, sizes, opts.block_size) for files in sets]
-
-    mean = statistics.mean
-    rows = [("write", ours["save_rank0"], ours["save_slowest"], fio_write),
-            ("read", ours["load_rank0"], ours["load_slowest"], fio_read)]
-    print(f"{'phase':6} {'ours rank0':>11} {'ours slowest':>13} {'fio':>8}   ratio ours/fio (rank0, slowest)")
-    for name, rank0, slowest, fio in rows:
-        print(f"{name:6} {mean(rank0):9.3f}   {mean(slowest):11.3f}   {mean(fio):6.3f}   "
-              f"{mean(rank0) / mean(fio):.3f}, {mean(slowest) / mean(fio):.3f}   (GiB/s, mean of {len(fio)})")
-    for name, rank0, slowest, fio in rows:
-        print(f"{name} per run: ours slowest {[round(x, 3) for x in slowest]}, fio {[round(x, 3) for x in fio]}")
+    result = measure(opts.dir or REPO.parent, opts.block_size, opts.rounds, opts.o_direct)
+    med, ratios = result["medians"], result["ratios"]
+    print(f"engine: {result['engine']}")
+    print(f"{'phase':6} {'ours':>7} {'twin':>7} {'plain':>7}   ours/twin ours/plain   (GiB/s, medians)")
+    for phase in ("write", "read"):
+        print(f"{phase:6} {med[f'ours_{phase}']:7.3f} {med[f'twin_{phase}']:7.3f} {med[f'plain_{phase}']:7.3f}   "
+              f"{ratios[f'{phase}_vs_twin']:9.3f} {ratios[f'{phase}_vs_plain']:10.3f}")
+    if opts.json:
+        opts.json.write_text(json.dumps(result, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

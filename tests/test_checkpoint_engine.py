@@ -7,6 +7,7 @@ import json
 import os
 import statistics
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,55 @@ def test_split_write_then_read_and_missing_file(tmp_path):
     ours = [line for line in broken.stderr.splitlines() if line.startswith("checkpoint engine: error:")]
     assert len(ours) == 1 and "missing" in ours[0] and str(victim) in ours[0]
     assert not (tmp_path / "x" / "summary.json").exists()
+
+
+def unique_512(path: Path) -> tuple[int, int]:
+    """(512-byte chunks in the file, distinct ones): equal means nothing to deduplicate."""
+    data = path.read_bytes()
+    chunks = [data[i:i + 512] for i in range(0, len(data) - len(data) % 512, 512)]
+    return len(chunks), len(set(chunks))
+
+
+def test_o_direct_write_and_read_are_whole_durable_and_recorded(tmp_path):
+    """O_DIRECT (OPEN): files of unaligned size written and read in full, fsync'd per file,
+    still incompressible and non-dedupable at 512 B, and the leaf says which I/O was used."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    run = engine(tmp_path, ckpt, out, 1, 1, "--o-direct")
+    assert run.returncode == 0, run.stderr
+    engine_info = load(out / "summary.json")["checkpoint_engine"]
+    assert engine_info["direct_io"] is True and "O_DIRECT" in engine_info["durability"]
+    assert "fsync per file" in engine_info["durability"]
+    for rank in (0, 1):
+        output = load(out / f"{rank}_output.json")
+        assert output["fsync_calls"] == len(LAYOUT.files(rank))
+        assert output["bytes_written"] == output["bytes_read"] == LAYOUT.rank_bytes(rank)
+        for f in LAYOUT.files(rank):
+            path = ckpt / "ckpt_1" / f.name
+            assert f.nbytes % 4096 and path.stat().st_size == f.nbytes  # an unaligned tail was written
+            count, distinct = unique_512(path)
+            assert count == distinct
+            assert len(zlib.compress(path.read_bytes(), 1)) > 0.99 * f.nbytes
+
+
+def test_default_buffered_write_records_its_durability(tmp_path):
+    """Without --block-size, files move in 1 MiB requests; the leaf says how bytes became durable."""
+    spec = tmp_path / "workload.json"
+    spec.write_text(json.dumps(WORKLOAD), encoding="utf-8")
+    env = subprocess_env(tmp_path) | {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    run = subprocess.run([str(MPIRUN), "-np", "2", str(VENV_BIN / "python"), "-m", "mlpstorage_py.checkpoint.engine",
+                          "--workload", str(spec), "--checkpoint-folder", str(tmp_path / "ckpt"), "--output-dir",
+                          str(tmp_path / "out"), "--num-write", "1", "--num-read", "0"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    info = load(tmp_path / "out" / "summary.json")["checkpoint_engine"]
+    assert info["block_size"] == 1 << 20 and info["direct_io"] is False
+    assert info["durability"].endswith("fsync per file before the rank reports done")
+    count, distinct = unique_512(tmp_path / "ckpt" / "ckpt_1" / LAYOUT.files(1)[-1].name)
+    assert count == distinct
+
+
+def test_closed_refuses_o_direct(tmp_path):
+    proc = subprocess.run([str(VENV_BIN / "mlpstorage"), "closed", "checkpointing", "llama3-8b", "run", "-np", "8",
+                           "-at", "b200", "-cm", "64", "--checkpoint-folder", str(tmp_path), "--o-direct"],
+                          env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--o-direct is not allowed in the closed division" in proc.stderr

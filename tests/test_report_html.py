@@ -313,3 +313,23 @@ def test_where_the_page_may_go(tmp_path, cli, mpl_cache):
     assert result.rc == 2 and "--force" in result.err
     assert cli("reports", "html", "--results-dir", root, "--force").rc == 0
     assert cli("reports", "html", "--results-dir", tmp_path / "absent").rc == 3
+
+
+def test_values_a_run_lacks_are_gaps(tmp_path, mpl_cache):
+    """NaN, infinity or text where a number belongs is a gap in the picture (never a zero, never
+    a crash), and a run without the list is named in a note."""
+    from mlpstorage_py.checker.package import Package
+    from mlpstorage_py.report import html, plots
+
+    with synthetic_families.registered():
+        root = synthetic.copy_package(tmp_path / "pkg", families=("training",))
+    runs = synthetic.leaves_of(root / "closed/Acme/results/sys1/training/unet3d/run")
+    synthetic.edit_json(runs[1] / "summary.json", lambda d: d["metric"].update(
+        train_throughput_samples_per_second=[float("nan"), float("inf"), "$\\frac{", 41.0, 42.0]))
+    synthetic.edit_json(runs[2] / "summary.json", lambda d: d["metric"].pop("train_au_percentage"))
+    leaves = [l for l in Package.load(root).leaves if l.command == "run"]
+    throughput, au = plots.training(leaves)
+    assert throughput.series[runs[1].name] == [None, None, None, 41.0, 42.0]
+    assert runs[2].name not in au.series and any(runs[2].name in n for n in au.notes)
+    page, counts = html.build(root)
+    assert counts["charts"] == 2 and page.count("<svg") == 2

@@ -76,6 +76,10 @@ class CheckpointingBenchmark(Benchmark):
         program = [sys.executable, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
                    "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
                    "--num-write", str(writes), "--num-read", str(reads)]
+        if req.arg("o_direct"):
+            if req.storage == "object":
+                raise UsageError("--o-direct applies to files; an object run has no page cache to bypass")
+            program.append("--o-direct")
         if req.command != "datasize":
             plan.commands = [mpi_command(MpiOptions.from_args(req.args), processes, program)]
         if req.command != "datasize" and self._through_dlio():

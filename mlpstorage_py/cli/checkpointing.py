@@ -38,6 +38,8 @@ def register(benches: Any, mode: str) -> None:
                 p.add_argument("--num-checkpoints-read", "-ncr", type=int, default=10, **counts,
                                help="checkpoints to read (CLOSED: 10, or 0 for a write-only invocation)")
                 p.add_argument("--checkpoint-folder", "-cf", help="where checkpoints go (else MLPSTORAGE_CHECKPOINT_FOLDER)")
+                add_open_only(p, mode, "--o-direct", action="store_true",
+                              help="O_DIRECT checkpoint writes and reads (files only; recorded in the leaf)")
                 add_storage(p)
                 add_mpi(p)
                 add_open_only(p, mode, "--engine", choices=["mlpstorage", "dlio"], default="mlpstorage",

@@ -194,7 +194,7 @@ def _output(root: Path, flag: str | None, force: bool) -> Path:
 
 
 def reports_html(args: dict[str, Any], argv: list[str]) -> int:
-    root, _ = resolve_results_dir(args.get("results_dir"))
+    root = resolve_results_dir(args.get("results_dir"))[0].resolve()
     if not root.is_dir():
         raise NotFoundError(f"results directory {root} does not exist")
     output = _output(root, args.get("output"), bool(args.get("force")))

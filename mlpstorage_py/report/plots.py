@@ -9,6 +9,7 @@ imported only when a chart is drawn: no other command pays for it.
 from __future__ import annotations
 
 import io
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,9 @@ class Chart:
 
 
 def _number(value: Any) -> Value:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number, else None (a gap: NaN or infinity from a file would break the axes)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
 
 
 def _metric(leaf: Leaf) -> dict[str, Any]:
@@ -123,9 +126,10 @@ def _kv_points(leaf: Leaf, prefix: str) -> tuple[list[str], list[dict[str, Any]]
         aggregate = (leaf.json_object(f"option_{option}_results.json") or {}).get("aggregate")
         trials = aggregate.get("per_trial") if isinstance(aggregate, dict) else None
         if isinstance(trials, list) and trials:
-            for trial in trials:
+            for index, trial in enumerate(trials):
                 if isinstance(trial, dict):
-                    categories.append(f"{prefix}O{option} T{trial.get('trial', len(categories))}")
+                    number = trial.get("trial")  # a label from a file is never text matplotlib would parse
+                    categories.append(f"{prefix}O{option} T{number if isinstance(number, int) else index}")
                     records.append(trial)
                     kinds.append("trial")
         elif isinstance(options.get(option), dict):

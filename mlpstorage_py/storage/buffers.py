@@ -1,8 +1,9 @@
 """Reusable page-aligned I/O buffers shared by every store.
 
 Writes come from one buffer of random bytes per block size, so no payload is generated per call
-and no content is kept. Every 4 KiB page of a block gets a fresh 8-byte stamp before it is sent:
-a deduplicating or compressing store cannot shrink the data, and the cost is one store per page.
+and no content is kept. Every 512-byte sector of a block (so every 4 KiB page, eight times) gets a
+fresh 8-byte stamp before it is sent: a store deduplicating at 512 B or coarser, or compressing,
+cannot shrink the data, and the cost is one vectorised store per sector.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import os
 
 import numpy as np
 
-from mlpstorage_py.storage import PAGE, check_block
+from mlpstorage_py.storage import check_block
 
-_WORDS_PER_PAGE = PAGE // 8
+SECTOR = 512  # the finest deduplication grain a store uses
+_WORDS_PER_SECTOR = SECTOR // 8
 
 
 class BlockBuffers:
@@ -23,15 +25,15 @@ class BlockBuffers:
     def __init__(self) -> None:
         self._write: dict[int, tuple[mmap.mmap, np.ndarray]] = {}
         self._read: dict[int, mmap.mmap] = {}
-        self._stamp = int.from_bytes(os.urandom(7), "little")  # 2**56 pages of headroom before 2**64
+        self._stamp = int.from_bytes(os.urandom(7), "little")  # 2**56 sectors of headroom before 2**64
 
     def next_block(self, block_size: int) -> memoryview:
-        """The write buffer, every page restamped with a value no earlier page of this process had."""
+        """The write buffer, every sector restamped with a value no earlier sector of this process had."""
         check_block(block_size)
         if block_size not in self._write:
             buf = mmap.mmap(-1, block_size)  # anonymous mappings are page-aligned
             buf[:] = os.urandom(block_size)
-            self._write[block_size] = (buf, np.frombuffer(buf, dtype=np.uint64)[::_WORDS_PER_PAGE])
+            self._write[block_size] = (buf, np.frombuffer(buf, dtype=np.uint64)[::_WORDS_PER_SECTOR])
         buf, words = self._write[block_size]
         words[:] = np.arange(self._stamp, self._stamp + len(words), dtype=np.uint64)
         self._stamp += len(words)
