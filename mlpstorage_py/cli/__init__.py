@@ -13,6 +13,7 @@ import argparse
 from mlpstorage_py import __version__
 from mlpstorage_py.cli import checkpointing, kvcache, training, utility, vectordb
 from mlpstorage_py.cli import config, systems
+from mlpstorage_py.cli import submission
 from mlpstorage_py.cli.common import MODES, Parser
 
 
@@ -38,6 +39,7 @@ def build_parser(argv: list[str] | None = None) -> Parser:
     utility.register(top)
     systems.register(top)
     config.register(top)
+    submission.register(top)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""From a results tree to a submitted package: status, submit and runs (issue 13)."""

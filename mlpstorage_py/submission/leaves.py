@@ -1,0 +1,167 @@
+"""What status, submit and runs say about each leaf of the one results model (checker.package).
+
+A leaf's state comes from what the lifecycle wrote into it: the metadata is written last
+(benchmarks/lifecycle.py), with exit_status and failure, so a leaf without its end record was
+cut short (SIGKILL, power loss) and is `incomplete`; one that records a failure is `failed`.
+Leaves made by the reference tool (published packages) carry no exit_status: their metadata's
+end time or runtime, or, where the metadata is not kept, the engine's summary.json, says they
+finished. Only `ok` leaves count towards a result; `ok` leaves beyond the required number are
+`extra` (the earliest are counted, as the rules count runs from the warm-up on).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py.checker import files
+from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.results import code_image
+from mlpstorage_py.results.sentinel import resolve_results_dir
+from mlpstorage_py.rules.tables import checker
+
+OK, FAILED, INCOMPLETE, EXTRA = "ok", "failed", "incomplete", "extra"
+STATES = (OK, FAILED, INCOMPLETE, EXTRA)
+RUNNING = ("running", "started")
+PHASES = {"datasize": 0, "datagen": 1, "run": 2}  # the order a result's leaves are listed in
+
+
+def tree_root(args: dict[str, Any]) -> Path:
+    """The package positional where the command has one, else the resolved results directory."""
+    given = args.get("package")
+    root = Path(given).expanduser().resolve() if given else resolve_results_dir(args.get("results_dir"))[0]
+    if not root.is_dir():
+        raise NotFoundError(f"results directory {root} does not exist")
+    return root
+
+
+def leaf_id(pkg: Package, leaf: Leaf) -> str:
+    """A leaf's ID is its path relative to the tree root (unique, and what validate prints)."""
+    return leaf.path.relative_to(pkg.root).as_posix()
+
+
+def state(leaf: Leaf) -> tuple[str, str]:
+    """(ok | failed | incomplete, why) from the leaf's own records."""
+    meta = leaf.metadata
+    if isinstance(meta, dict) and files.UNREADABLE in meta:
+        return INCOMPLETE, f"metadata unreadable: {meta[files.UNREADABLE]}"
+    if isinstance(meta, dict):
+        if str(meta.get("status", "")).lower() in RUNNING:
+            return INCOMPLETE, "metadata says the run is still running and records no end"
+        if "exit_status" in meta:
+            code, failure = meta.get("exit_status"), meta.get("failure")
+            if code == 0 and not failure:
+                return OK, "exit 0"
+            return FAILED, f"exit {code}: {failure or 'failed'}"
+        if meta.get("invocation_end_time") or isinstance(meta.get("runtime"), (int, float)):
+            return OK, "finished (end time recorded)"
+        return INCOMPLETE, "metadata records no end time"
+    summary = leaf.summary
+    if isinstance(summary, dict) and files.UNREADABLE not in summary:
+        return OK, "no metadata; the engine's summary.json is present"
+    return INCOMPLETE, "no metadata (the run never finished writing its leaf)"
+
+
+def size_of(path: Path) -> int:
+    """Bytes of the regular files below path, never following a link."""
+    total = 0
+    for base, dirs, names in os.walk(path, followlinks=False):
+        for name in names:
+            st = os.lstat(os.path.join(base, name))
+            if not os.path.islink(os.path.join(base, name)):
+                total += st.st_size
+    return total
+
+
+def image_of(pkg: Package, leaf: Leaf) -> tuple[str, Path | None]:
+    """The leaf's code-image pointer (or why there is none) and the pool image it resolves to."""
+    if leaf.pointer is None:
+        return "none", None
+    digest = code_image.parse_pointer(leaf.pointer)
+    if digest is None:
+        return "malformed", None
+    return f"code-{digest[:8]}", pkg.resolve_image(leaf, digest)
+
+
+def _phases(leaf: Leaf) -> set[str]:
+    """The checkpointing phases a leaf performed, from its summary metrics (save/load)."""
+    summary = leaf.summary if isinstance(leaf.summary, dict) and files.UNREADABLE not in leaf.summary else {}
+    metric = summary.get("metric") or {}
+    return {phase for phase, key in (("write", "save_checkpoint_io_mean_GB_per_second"),
+                                     ("read", "load_checkpoint_io_mean_GB_per_second")) if key in metric}
+
+
+@dataclass
+class Result:
+    """One result (Rules 1.3): a workload directory and every leaf of it, each with its state."""
+
+    division: str
+    org: str
+    system: str
+    benchmark: str
+    model: str
+    workload: Path
+    leaves: list[tuple[Leaf, str, str]] = field(default_factory=list)  # (leaf, state, why), in name order
+
+    @property
+    def runs(self) -> list[tuple[Leaf, str, str]]:
+        return [entry for entry in self.leaves if entry[0].command == "run"]
+
+    @property
+    def required(self) -> int:
+        """runs_per_result of the edition; a checkpointing result is one combined or two phase invocations."""
+        needed = int(checker()["runs_per_result"][self.benchmark])
+        if self.benchmark == "checkpointing" and any(_phases(leaf) == {"write", "read"} for leaf, s, _ in self.runs if s == OK):
+            return 1
+        return needed
+
+    @property
+    def present(self) -> int:
+        return min(self.required, sum(s == OK for _, s, _ in self.runs))
+
+
+def results(pkg: Package) -> list[Result]:
+    """Every result of the tree with its leaves' states; ok run leaves past the required are extra."""
+    grouped: dict[Path, Result] = {}
+    for leaf in sorted(pkg.leaves, key=lambda l: (str(l.workload_dir), PHASES.get(l.command, 0), l.path.name)):
+        result = grouped.setdefault(leaf.workload_dir, Result(leaf.division, leaf.org, leaf.system, leaf.benchmark,
+                                                              leaf.model, leaf.workload_dir))
+        result.leaves.append((leaf, *state(leaf)))
+    for result in grouped.values():
+        required, counted = result.required, 0
+        for i, (leaf, status, why) in enumerate(result.leaves):
+            if leaf.command == "run" and status == OK:
+                counted += 1
+                if counted > required:
+                    result.leaves[i] = (leaf, EXTRA, f"ok, beyond the {required} run(s) a result counts")
+    return sorted(grouped.values(), key=lambda r: (r.division, r.org, r.system, r.benchmark, r.model))
+
+
+def find_leaves(pkg: Package, ids: list[str]) -> list[Leaf]:
+    """The leaves the user named, by ID (relative path) or by a unique timestamp; anything else is refused."""
+    by_id = {leaf_id(pkg, leaf): leaf for leaf in pkg.leaves}
+    found = []
+    for given in ids:
+        key = given.strip("/")
+        if key in by_id:
+            found.append(by_id[key])
+            continue
+        named = [leaf for leaf in pkg.leaves if leaf.path.name == key]
+        if len(named) != 1:
+            why = "names several leaves; give its full ID" if named else "is no leaf of this tree (see `mlpstorage runs list`)"
+            raise UsageError(f"leaf {given!r} {why}")
+        found.append(named[0])
+    return found
+
+
+def human(size: int) -> str:
+    """Binary units, as the rules mean them."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

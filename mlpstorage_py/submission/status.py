@@ -1,0 +1,106 @@
+"""`mlpstorage status`: how far each result is from submittable, read from the one results model
+and the checker's own findings (nothing is judged twice).
+
+Per result (division, organization, system, benchmark, model): run leaves present / required,
+the checker's INVALID and WARNING counts for the result, the system paperwork still missing
+(systems/<system>.yaml and .pdf, Rules 2.1.7; for checkpointing the 4.7.3 remap time and the
+4.7.4 capability flags), and one verdict, the first that applies:
+  short      fewer ok runs than the edition requires (failed and incomplete leaves never count)
+  invalid    the checker finds the result INVALID
+  paperwork  the system description is missing or lacks the fields the rules require
+  ready      nothing left to do
+Findings about the rollup tables reportgen writes (results.json and the like) count as the
+checker reports them: run `mlpstorage reports reportgen` (submit does) to refresh them first.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py import checker
+from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
+from mlpstorage_py.submission.leaves import Result, leaf_id, results, tree_root
+
+SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
+SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
+CHECKPOINT_SYSTEM_RULES = ("4.7.3", "4.7.4")  # the description's capability fields, for checkpointing
+
+
+def _paperwork(pkg: Package, result: Result, findings: list[Finding]) -> list[str]:
+    """The checker's INVALID findings on this system's description files that the result depends on."""
+    systems = pkg.root / result.division / result.org / "systems"
+    rules = SYSTEM_RULES + (CHECKPOINT_SYSTEM_RULES if result.benchmark == "checkpointing" else ())
+    found = []
+    for f in findings:
+        path = Path(f.path)
+        if f.severity == INVALID and f.rule in rules and path.parent == systems and path.stem == result.system:
+            found.append(f"{f.rule}: {f.message}")
+    return sorted(set(found))
+
+
+def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
+    """One row per result, with its leaves (for --runs and --json)."""
+    per_result: dict[str, list[Finding]] = {}
+    for f in findings:
+        per_result.setdefault(checker.result_of(pkg, f.path), []).append(f)
+    out = []
+    for result in results(pkg):
+        mine = per_result.get(result.workload.relative_to(pkg.root).as_posix(), [])
+        invalid = sum(f.severity == INVALID for f in mine)
+        warnings = sum(f.severity == WARNING for f in mine)
+        paperwork = _paperwork(pkg, result, findings)
+        if result.present < result.required:
+            verdict = SHORT
+        elif invalid:
+            verdict = INVALID_VERDICT
+        elif paperwork:
+            verdict = PAPERWORK
+        else:
+            verdict = READY
+        out.append({
+            "division": result.division, "organization": result.org, "system": result.system,
+            "benchmark": result.benchmark, "model": result.model,
+            "result": result.workload.relative_to(pkg.root).as_posix(),
+            "runs_present": result.present, "runs_required": result.required,
+            "invalid": invalid, "warnings": warnings, "paperwork": paperwork, "verdict": verdict,
+            "leaves": [{"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why}
+                       for leaf, state, why in result.leaves],
+        })
+    return out
+
+
+def text(table: list[dict[str, Any]], runs: bool) -> str:
+    header = ("DIVISION", "ORG", "SYSTEM", "BENCHMARK", "MODEL", "RUNS", "INVALID", "WARNING", "PAPERWORK", "VERDICT")
+    lines = [(r["division"], r["organization"], r["system"], r["benchmark"], r["model"],
+              f"{r['runs_present']}/{r['runs_required']}", str(r["invalid"]), str(r["warnings"]),
+              str(len(r["paperwork"])) if r["paperwork"] else "-", r["verdict"]) for r in table]
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
+    said = set()
+    for r in table:
+        for item in r["paperwork"]:
+            if (r["system"], item) not in said:
+                said.add((r["system"], item))
+                out.append(f"paperwork {r['division']}/{r['organization']}/systems/{r['system']}: {item}")
+    for r in table if runs else ():
+        out.append(f"{r['result']}:")
+        out.extend(f"  {leaf['state']:<10} {leaf['phase']:<9} {leaf['id'].rsplit('/', 1)[-1]}  {leaf['detail']}"
+                   for leaf in r["leaves"])
+    if not table:
+        out.append("no results in this tree")
+    return "\n".join(out)
+
+
+def command(args: dict[str, Any], argv: list[str]) -> int:
+    """Print the table (or JSON). Informational: exit 0 whatever the verdicts (submit is the gate)."""
+    root = tree_root(args)
+    pkg, findings = checker.validate(root)
+    table = rows(pkg, findings)
+    if args.get("json"):
+        print(json.dumps({"root": str(root), "results": table}, indent=2))
+    else:
+        print(text(table, bool(args.get("runs"))))
+    return 0
