@@ -7,7 +7,6 @@ the leaf holds everything the invocation said.
 from __future__ import annotations
 
 import logging
-from logging.handlers import BufferingHandler
 from pathlib import Path
 
 from mlpstorage_py.results.redact import RedactingFormatter
@@ -20,12 +19,19 @@ FILE_FORMAT = "%(asctime)s %(levelname)s %(module)s:%(lineno)d %(message)s"
 log = logging.getLogger(LOGGER_NAME)
 
 
-class _Buffer(BufferingHandler):
-    def shouldFlush(self, record: logging.LogRecord) -> bool:  # noqa: N802 - logging API
-        return False
+class _Buffer(logging.Handler):
+    """Keeps every record until the leaf's files exist (not logging.handlers' BufferingHandler:
+    that module pulls in sockets and pickling at every start-up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.buffer.append(record)
 
 
-_buffer = _Buffer(capacity=0)
+_buffer = _Buffer()
 
 
 def setup_console(debug: bool = False, verbose: bool = False) -> None:
