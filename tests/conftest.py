@@ -19,7 +19,8 @@ MLPSTORAGE = VENV_BIN / "mlpstorage"
 REALDATA = Path(__file__).resolve().parents[2] / "shared" / "realdata"
 LEAF_NAME = re.compile(r"^\d{8}_\d{6}$")
 ENV_VARS = ("MLPSTORAGE_RESULTS_DIR", "MLPSTORAGE_SYSTEMNAME", "MLPSTORAGE_DATA_DIR",
-            "MLPSTORAGE_CHECKPOINT_FOLDER", "MLPSTORAGE_HOSTS", "MLPSTORAGE_MPI_BIN", "MLPSTORAGE_MPI_PARAMS")
+            "MLPSTORAGE_CHECKPOINT_FOLDER", "MLPSTORAGE_DLIO_BIN_PATH",
+            "MLPSTORAGE_HOSTS", "MLPSTORAGE_MPI_BIN", "MLPSTORAGE_MPI_PARAMS")
 
 # The smallest valid CLOSED training command that writes a leaf (Rules 3.1.2 datasize).
 DATASIZE = ["closed", "training", "unet3d", "datasize", "-at", "b200", "-ma", "8", "-cm", "16", "-nc", "1"]
