@@ -28,7 +28,11 @@ STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-top: 2px solid #ccc; padding-top: .8em; }
 h3 { font-size: 1em; margin-bottom: .3em; }
-table { border-collapse: collapse; margin: .3em 0 .8em; } td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; overflow-wrap: anywhere; }
+table { border-collapse: collapse; margin: .3em 0 .8em; } td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; overflow-wrap: break-word; }
+th, .summary td:nth-child(n+2) { white-space: nowrap; }
+.findings { table-layout: fixed; width: 100%; } .findings td { overflow-wrap: anywhere; }
+.findings th:nth-child(1) { width: 5.5em; } .findings th:nth-child(2) { width: 4.5em; }
+.findings th:nth-child(3) { width: 14em; white-space: normal; } .findings th:nth-child(4) { width: 32%; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .INVALID { color: #b00020; font-weight: bold; } .WARNING { color: #a05a00; } .valid { color: #1b7f3b; font-weight: bold; }
 figure.chart { margin: .5em 0 1em; } figure.chart svg { width: 760px; height: auto; max-width: 100%; }
@@ -63,6 +67,11 @@ def _pairs(rows: Iterable[tuple[str, Any]], css: str, source: str) -> str:
     return f'<table class="{css}" data-source="{escape(source)}">{body}</table>'
 
 
+def _path(text: str) -> str:
+    """An escaped path that may wrap after each slash (package paths are long and unbroken)."""
+    return escape(text).replace("/", "/<wbr>")
+
+
 def _verdict(findings: list[Finding]) -> str:
     return INVALID if any(f.severity == INVALID for f in findings) else "valid"
 
@@ -77,7 +86,7 @@ def _findings(pkg: Package, findings: list[Finding]) -> str:
         return '<p class="note">no findings</p>'
     rows = "".join(f'<tr class="finding" data-rule="{escape(f.rule)}" data-severity="{escape(f.severity)}">'
                    f'<td class="{escape(f.severity)}">{escape(f.severity)}</td><td>{escape(f.rule)}</td>'
-                   f"<td>{escape(f.name)}</td><td><code>{escape(_where(pkg, f.path))}</code></td>"
+                   f"<td>{escape(f.name)}</td><td><code>{_path(_where(pkg, f.path))}</code></td>"
                    f"<td>{escape(f.message)}</td></tr>" for f in findings)
     return ('<table class="findings"><tr><th>severity</th><th>rule</th><th>name</th><th>where</th><th>finding</th></tr>'
             f"{rows}</table>")
@@ -131,7 +140,7 @@ def _section(pkg: Package, index: int, workload: Path, leaves: list[Leaf], findi
             ("benchmark", first.benchmark), ("model", first.model), ("Public ID", (table or {}).get("public_id")),
             ("runs", [l.path.name for l in runs])]
     drawn = sum(c.drawable() for c in charts)
-    html = (f'<section class="result" id="r{index}" data-result="{escape(rel)}"><h2>{escape(rel)} '
+    html = (f'<section class="result" id="r{index}" data-result="{escape(rel)}"><h2>{_path(rel)} '
             f'<span class="{verdict}">{verdict}</span></h2>{_pairs(meta, "meta", "tree")}'
             f"<h3>Figures (results.json)</h3>{table_html}"
             f"<h3>Pictures</h3>{''.join(_chart(c) for c in charts) or NO_PICTURES}"
@@ -158,7 +167,7 @@ def build(root: Path) -> tuple[str, dict[str, int]]:
         sections.append(html)
         drawn += charts
         first, verdict = by_workload[workload][0], _verdict(mine)
-        summary.append(f'<tr><td><a href="#r{index}">{escape(rel)}</a></td><td>{escape(first.benchmark)}</td>'
+        summary.append(f'<tr><td><a href="#r{index}">{_path(rel)}</a></td><td>{escape(first.benchmark)}</td>'
                        f'<td>{escape(first.model)}</td><td class="{verdict}">{verdict}</td>'
                        f"<td>{sum(f.severity == INVALID for f in mine)}</td><td>{sum(f.severity == WARNING for f in mine)}</td></tr>")
     package_findings = grouped.get("package", [])
