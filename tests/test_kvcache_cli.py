@@ -22,7 +22,6 @@ SMALL = {
         "chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 128], "think_time_s": [0.0, 0.02], "weight": 1},
         "coding": {"weight": 0}, "document": {"weight": 0}},
     "prefix_cache": {"system_prompt_tokens": [32, 128]},
-    "conversation": {"turn_tokens": [16, 64], "max_context_tokens": 2048},
 }
 
 
@@ -266,7 +265,7 @@ def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, sma
 def test_datasize_bounds_the_storage_tier_per_option_without_a_leaf(cli, results):
     res = cli("closed", "kvcache", "datasize", "-np", "2", "-rd", results, "-sn", "sys1")
     assert res.rc == 0, res.err
-    # option 1: 200 users x 32,768 tokens x 128 KiB per token (llama3.1-8b) = 800 GiB per rank
-    assert "option 1: 800.0 GiB per rank, 1,600.0 GiB in all" in res.out
+    # option 1: 200 users x 200,000 live tokens (8 turns x 25,000) x 128 KiB per token (llama3.1-8b)
+    assert "option 1: 4,882.8 GiB per rank, 9,765.6 GiB in all" in res.out
     assert "command:" not in res.out
     assert all_leaves(results) == []

@@ -22,7 +22,10 @@ sys.path.insert(0, str(KV_DIR))
 from kvcache_sim import cli as kvcli  # noqa: E402
 from kvcache_sim.config import ConfigError, build_config  # noqa: E402
 from kvcache_sim.models import load_models  # noqa: E402
-from kvcache_sim.tiers import CpuTier, MultiTierCache, StorageTier  # noqa: E402
+from kvcache_sim.cache import MultiTierCache  # noqa: E402
+from kvcache_sim.payload import KVData  # noqa: E402
+from kvcache_sim.storage import StorageTier  # noqa: E402
+from kvcache_sim.tiers import CpuTier  # noqa: E402
 from kvcache_sim.workload import Features, load_trace, preview  # noqa: E402
 
 MIB = 1 << 20
@@ -32,7 +35,6 @@ SMALL = {
         "chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 128], "think_time_s": [0.0, 0.02], "weight": 1},
         "coding": {"weight": 0}, "document": {"weight": 0}},
     "prefix_cache": {"system_prompt_tokens": [32, 128]},
-    "conversation": {"turn_tokens": [16, 64], "max_context_tokens": 2048},
     "rag": {"doc_tokens": [64, 256]},
 }
 
@@ -92,7 +94,8 @@ def test_kv_bytes_per_token_from_the_model_table():
     ({"decode": {"batch_tokens": 1.5}}, "expected a whole number"),
     ({"prefix_cache": {"probability": 1.5}}, "probability must be between 0 and 1"),
     ({"user_templates": {"chat2": {"weight": 1}}}, "a new entry must set exactly"),
-    ({"conversation": {"turn_tokens": [9, 3]}}, "range low 9 is above high 3"),
+    ({"prefix_cache": {"system_prompt_tokens": [9, 3]}}, "range low 9 is above high 3"),
+    ({"conversation": {"max_context_tokens": 10}}, "conversation.max_context_tokens: unknown key"),
 ])
 def test_config_is_validated_strictly(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -142,10 +145,11 @@ def test_same_seed_same_requests_without_running():
     assert {r["qos"] for r in flat} <= {"interactive", "responsive", "batch"}
     assert any(r["turn"] > 1 for r in flat) and any(r["prefix_id"] is not None for r in flat)
     assert any(r["rag_docs"] for r in flat)
-    for user in first:  # a later turn extends the previous turn's history
+    for user in first:  # a later turn continues the previous request's conversation
         for before, after in zip(user, user[1:]):
             if after["turn"] > 1:
-                assert after["previous_history_tokens"] == before["history_tokens"] < after["history_tokens"]
+                assert (after["conversation"], after["turn"]) == (before["conversation"], before["turn"] + 1)
+                assert after["prefix_id"] == before["prefix_id"]
 
 
 # -- real runs --------------------------------------------------------------------------------
@@ -200,7 +204,8 @@ def test_storage_only_run_writes_npy_files_and_reports_consistent_numbers(shm, s
 def test_small_cpu_tier_spills_to_storage_and_large_one_does_not(shm, small_config, tmp_path):
     result = run_in_process(kv_args(shm / "s", small_config, tmp_path / "small.json", "--cpu-mem-gb", "0.02",
                                     "--keep-cache-files", "--max-concurrent-allocs", "2"))
-    assert result["summary"]["concurrency"]["workers"] == 2 and result["summary"]["concurrency"]["peak_in_flight"] <= 2
+    concurrency = result["summary"]["concurrency"]  # the allocation bound is on writes only, not workers
+    assert concurrency["workers"] == 4 and 1 <= concurrency["peak_writes_in_flight"] <= 2
     small = result["summary"]["cache_stats"]
     assert small["tiers_enabled"] == {"gpu": False, "cpu": True, "storage": True}
     assert small["offloads_storage"] > 0 and small["storage_entries"] > 0 and small["cpu_entries"] > 0
@@ -306,7 +311,6 @@ def test_gpu_tier_code_path_on_a_torch_device(tmp_path):
 
 def test_priority_queue_serves_higher_qos_first(tmp_path):
     from kvcache_sim.engine import Engine, RunSettings
-    from kvcache_sim.tiers import KVData
 
     config = build_config(SMALL)
     model = load_models()["tiny-1b"]
@@ -324,19 +328,27 @@ def test_priority_queue_serves_higher_qos_first(tmp_path):
         assert arrivals == sorted(arrivals)
 
 
-def test_kv_data_beyond_the_pool_is_assembled_from_random_pieces(tmp_path):
-    from kvcache_sim.tiers import KVData
-
+def test_kv_payload_is_stamped_per_512_bytes_and_streamed_to_a_npy_file(tmp_path):
     data = KVData(elements_per_token=12288, dtype=np.dtype(np.float16), pool_mib=1, seed=5)
-    small, large = data.make(10), data.make(100)  # 240 KiB fits the 1 MiB pool; 2.3 MiB does not
-    assert small.flags.c_contiguous and np.shares_memory(small, data.pool)
-    assert large.flags.c_contiguous and large.shape == (100, 12288) and not np.shares_memory(large, data.pool)
-    half = data.pool.size // 2 * 2  # bytes per piece
-    pieces = [large.tobytes()[i:i + half] for i in range(0, large.nbytes, half)]
-    assert len(set(pieces)) == len(pieces)  # no two pieces alike
-    path, timing = StorageTier(8 * MIB, tmp_path).write("big", large)
-    assert path.stat().st_size > large.nbytes and timing.device >= 0 and timing.host > 0
-    loaded, _ = StorageTier(8 * MIB, tmp_path).read(path)
-    assert loaded.tobytes() == large.tobytes()  # random fp16 bits include NaNs: compare bytes
-    again = data.make(100)  # the same thread's buffer is reused
-    assert np.shares_memory(again, large)
+    payload = data.make(100)  # 2.3 MiB: larger than the pool and than the 64 KiB chunks below
+    assert payload.nbytes == 100 * 12288 * 2 and payload.shape == (100, 12288)
+    first, second = payload.materialize(), data.make(100).materialize()
+    raw = first.tobytes() + second.tobytes()
+    blocks = [raw[i:i + 512] for i in range(0, len(raw), 512)]
+    assert len(set(blocks)) == len(blocks)  # two entries of the same size share no 512 B block
+    stamps = np.frombuffer(raw, dtype="<u8")[::64]
+    assert np.all(np.diff(stamps.astype(np.int64)) == 1)  # one counter, one step per block
+
+    from kvcache_sim.payload import ChunkBuffers
+
+    buffers = ChunkBuffers(64 << 10)
+    store = StorageTier(8 * MIB, tmp_path, buffers=buffers)
+    path, timing = store.write("big", payload)
+    loaded = np.load(path)  # an ordinary .npy file
+    assert loaded.shape == (100, 12288) and loaded.dtype == np.float16
+    assert path.stat().st_size == payload.nbytes + 128 and timing.device >= 0 and timing.host > 0
+    nbytes, read_timing = store.read(path)
+    assert nbytes == payload.nbytes and read_timing.device > 0 and buffers.allocated == 1  # one buffer, reused
+    path.write_bytes(path.read_bytes()[:-1000])
+    with pytest.raises(OSError, match="data bytes"):
+        store.read(path)

@@ -3,7 +3,8 @@
     python kv-cache.py --model llama3.1-8b --num-users 100 --duration 60 \\
         --gpu-mem-gb 0 --cpu-mem-gb 4 --cache-dir /mnt/nvme/kv --output result.json
 
-Exit status: 0 success, 1 the run failed (I/O error), 2 invalid input.
+Exit status: 0 success, 1 the run failed (an I/O error, or out of memory: one line on stderr
+and a result file with status "failed"), 2 invalid input.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class InputError(ValueError):
     """Input kv-cache.py refuses before doing anything."""
 
 
+class RunFailed(RuntimeError):
+    """A run that could not start or finish (no result to report beyond the error)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kv-cache.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"kv-cache.py {__version__}")
@@ -58,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--enable-rag", action="store_true", help="requests retrieve documents whose KV is cached")
     w.add_argument("--rag-num-docs", type=int, default=10, help="documents in the RAG corpus (default 10)")
     w.add_argument("--max-concurrent-allocs", type=int, default=0,
-                   help="requests holding KV buffers at once, i.e. worker threads (0: up to engine.max_workers)")
+                   help="KV writes in flight at once (a semaphore on writes only; 0: no limit)")
     w.add_argument("--max-requests", type=int, default=0, help="stop after this many requests (0: run for --duration)")
     w.add_argument("--seed", type=int, help="seed of every random choice (same seed, same request sequence)")
     w.add_argument("--config", help="YAML overriding the simulation defaults; unknown keys are errors")
@@ -81,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--output", help="result JSON (default kv_cache_results_<timestamp>.json)")
     o.add_argument("--request-log", help="write every request's seed-determined fields as JSON lines")
+    o.add_argument("--request-trace", help="write every served request with the reads and writes it did, as JSON lines")
     o.add_argument("--validate-only", action="store_true", help="check every input, then exit without any I/O")
     return p
 
@@ -186,7 +192,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from kvcache_sim import report
     from kvcache_sim.engine import Engine, RunSettings
-    from kvcache_sim.tiers import CpuTier, GpuTier, KVData, MultiTierCache, StorageTier, gpu_available, numpy_dtype
+    from kvcache_sim.cache import MultiTierCache
+    from kvcache_sim.payload import ChunkBuffers, KVData
+    from kvcache_sim.storage import StorageTier
+    from kvcache_sim.tiers import CpuTier, GpuTier, gpu_available, numpy_dtype
     from kvcache_sim.workload import Features
 
     cache_dir, config, model, trace = inputs.cache_dir, inputs.config, inputs.model, inputs.trace
@@ -201,17 +210,19 @@ def run(args: argparse.Namespace) -> int:
         for path in stale:
             path.unlink(missing_ok=True)
 
+    buffers = ChunkBuffers(int(config["engine"]["io_chunk_kib"]) << 10)
     tiers: list[Any] = []
     enabled = {"gpu": False, "cpu": args.cpu_mem_gb > 0, "storage": True}
     if args.gpu_mem_gb > 0:
         if gpu_available():
-            tiers.append(GpuTier(int(args.gpu_mem_gb * (1 << 30))))
+            tiers.append(GpuTier(int(args.gpu_mem_gb * (1 << 30)), buffers=buffers))
             enabled["gpu"] = True
         else:
             log.warning("--gpu-mem-gb %g ignored: no CUDA device (or no torch); the GPU tier is disabled", args.gpu_mem_gb)
     if args.cpu_mem_gb > 0:
-        tiers.append(CpuTier(int(args.cpu_mem_gb * (1 << 30))))
-    tiers.append(StorageTier(storage_capacity(args, cache_dir, config["storage"]["auto_capacity_fraction"]), cache_dir))
+        tiers.append(CpuTier(int(args.cpu_mem_gb * (1 << 30)), buffers=buffers))
+    tiers.append(StorageTier(storage_capacity(args, cache_dir, config["storage"]["auto_capacity_fraction"]), cache_dir,
+                             buffers=buffers))
     cache = MultiTierCache(tiers)
     data = KVData(model.elements_per_token, numpy_dtype(model.dtype), int(config["engine"]["data_pool_mib"]), seed)
     phase = "prefill" if args.prefill_only else "decode" if args.decode_only else "both"
@@ -222,14 +233,20 @@ def run(args: argparse.Namespace) -> int:
                           rag=args.enable_rag),
         rag_num_docs=args.rag_num_docs if args.enable_rag else 0, phase=phase, trace=trace,
         trace_speedup=args.trace_speedup, replay_cycles=args.replay_cycles,
-        request_log=Path(args.request_log) if args.request_log else None)
+        request_log=Path(args.request_log) if args.request_log else None,
+        request_trace=Path(args.request_trace) if args.request_trace else None)
     engine = Engine(settings, config, cache, data)
     output = Path(args.output or f"kv_cache_results_{time.strftime('%Y%m%d_%H%M%S')}.json")
     log.info("model %s: %d KV bytes/token; %d users, %d workers, %g s; tiers %s; cache dir %s",
              model.key, model.kv_bytes_per_token, args.num_users, engine.workers, args.duration,
              ", ".join(f"{t.name} {t.capacity / (1 << 30):.2f} GiB" for t in tiers), cache_dir)
     try:
-        engine.prepare()
+        try:
+            engine.prepare()
+        except MemoryError as exc:
+            raise RunFailed(f"out of memory preparing the run: {exc or 'MemoryError'}") from None
+        except OSError as exc:
+            raise RunFailed(f"preparing the run: {exc}") from None
         outcome = engine.run()
         entries, used = cache.entry_counts(), cache.used_bytes()
     finally:
@@ -268,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"kv-cache.py: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"kv-cache.py: error: the run failed: {exc}", file=sys.stderr)
+        return 1
+    except MemoryError as exc:  # anywhere outside a worker (a worker's ends the run with a result file)
+        print(f"kv-cache.py: error: the run failed: out of memory: {exc or 'MemoryError'}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("kv-cache.py: interrupted", file=sys.stderr)
         return 130

@@ -12,7 +12,10 @@ import copy
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    # Request shapes; a user picks one template (weighted) when created. Ranges are [low, high].
+    # Request shapes; a user picks one template (weighted) and draws its context budget from
+    # context_tokens when created; each request's context is uniform(budget/4, budget).
+    # think_time_s is the pause after enqueuing a request (the user does not wait for its
+    # response). Ranges are [low, high].
     "user_templates": {
         "chatbot": {"context_tokens": [512, 4096], "generation_tokens": [50, 200], "think_time_s": [0.1, 0.5], "weight": 1.0},
         "coding": {"context_tokens": [4096, 25000], "generation_tokens": [100, 500], "think_time_s": [0.2, 1.0], "weight": 1.0},
@@ -28,18 +31,19 @@ DEFAULTS: dict[str, Any] = {
     },
     # A user is interactive with this probability, responsive up to the threshold, else batch.
     "qos_distribution": {"interactive_probability": 0.15, "responsive_threshold": 0.50},
-    # Shared system prompts whose KV is cached once and read by every request that uses them.
+    # Shared system prompts: a request using one is a prefix hit; their KV is never written or read.
     "prefix_cache": {"num_system_prompts": 8, "system_prompt_tokens": [256, 2048], "probability": 0.8},
-    # Multi-turn: each turn's KV (history beyond the system prompt) is reused by the next turn.
-    "conversation": {"max_turns": 8, "new_conversation_probability": 0.2, "turn_tokens": [32, 512],
-                     "max_context_tokens": 32768},
+    # Multi-turn: a conversation's turn n re-reads the KV of turns 1..n-1 before writing its own.
+    "conversation": {"max_turns": 8, "new_conversation_probability": 0.2},
     # RAG: a corpus of documents whose KV is ingested up front; requests retrieve top_k of them.
     "rag": {"top_k": 3, "request_probability": 0.3, "doc_tokens": [4000, 12000],
             "doc_tokens_large_model": [1024, 4096], "zipf_exponent": 1.1},
-    # Decode re-reads the request's KV once per batch_tokens generated tokens (at most max_reads).
-    "decode": {"batch_tokens": 64, "max_reads_per_request": 8},
-    # Worker threads when --max-concurrent-allocs is 0; size of the random pool KV data comes from.
-    "engine": {"max_workers": 64, "data_pool_mib": 64},
+    # Decode re-reads the request's KV 1 + ceil(generated / batch_tokens) times (max_reads_per_request
+    # caps that when above 0); a context of prefill_only_context_tokens or more is prefill only.
+    "decode": {"batch_tokens": 32, "max_reads_per_request": 0, "prefill_only_context_tokens": 10000},
+    # Worker threads: min(users, max_workers); the random pool KV bytes are copied from; the I/O
+    # chunk every read and write moves through; requests queued at most (a user waits beyond it).
+    "engine": {"max_workers": 500, "data_pool_mib": 64, "io_chunk_kib": 4096, "max_queued_requests": 100000},
     # Storage tier: share of free space used when --storage-capacity-gb is 0 (auto).
     "storage": {"auto_capacity_fraction": 0.8},
 }
@@ -47,11 +51,10 @@ OPEN_SECTIONS = {"model_configs", "user_templates"}
 PROBABILITIES = ("qos_distribution.interactive_probability", "qos_distribution.responsive_threshold",
                  "prefix_cache.probability", "conversation.new_conversation_probability", "rag.request_probability",
                  "storage.auto_capacity_fraction")
-AT_LEAST_ONE = ("prefix_cache.num_system_prompts", "conversation.max_turns", "conversation.max_context_tokens",
-                "rag.top_k", "decode.batch_tokens", "decode.max_reads_per_request", "engine.max_workers",
-                "engine.data_pool_mib")
-TOKEN_RANGES = ("context_tokens", "generation_tokens", "system_prompt_tokens", "turn_tokens", "doc_tokens",
-                "doc_tokens_large_model")
+AT_LEAST_ONE = ("prefix_cache.num_system_prompts", "conversation.max_turns", "rag.top_k", "decode.batch_tokens",
+                "decode.prefill_only_context_tokens", "engine.max_workers", "engine.data_pool_mib",
+                "engine.io_chunk_kib", "engine.max_queued_requests")
+TOKEN_RANGES = ("context_tokens", "generation_tokens", "system_prompt_tokens", "doc_tokens", "doc_tokens_large_model")
 
 
 class ConfigError(ValueError):

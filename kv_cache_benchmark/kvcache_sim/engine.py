@@ -1,5 +1,9 @@
-"""The timed run: a dispatcher releases users' requests into a priority queue (QoS order) and
-a fixed pool of workers (the in-flight allocation bound) serves them against the cache."""
+"""The timed run, shaped like the MLCommons reference's: every user enqueues its requests into
+one priority queue (QoS order) on its own clock, without waiting for the previous response,
+and min(users, engine.max_workers) workers serve them against the cache; at most
+--max-concurrent-allocs of them write at once (a semaphore on writes only). A single
+dispatcher keeps each user's next enqueue time (one timer per user rather than one OS thread
+per user: the same request stream, without 10^5 threads)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import queue
 import resource
 import threading
@@ -18,7 +23,8 @@ from typing import Any, Iterator
 
 from kvcache_sim.models import ModelConfig
 from kvcache_sim.stats import Counters, Series
-from kvcache_sim.tiers import KVData, MultiTierCache
+from kvcache_sim.cache import MultiTierCache
+from kvcache_sim.payload import KVData
 from kvcache_sim.workload import (Features, PrefixCatalog, RagCatalog, Request, TraceRow, make_users,
                                   trace_schedule)
 
@@ -42,6 +48,7 @@ class RunSettings:
     trace_speedup: float = 1.0
     replay_cycles: int = 0
     request_log: Path | None = None
+    request_trace: Path | None = None  # per request: the reads and writes it did (JSON lines)
 
 
 @dataclass
@@ -64,6 +71,30 @@ class Outcome:
     cpu_system_s: float
     errors: list[str]
     peak_in_flight: int
+    peak_writes_in_flight: int = 0
+    memory: dict[str, Any] = field(default_factory=dict)
+
+
+def rss_bytes() -> int:
+    """This process's resident set now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def peak_rss_bytes() -> int:
+    """This process's resident-set high-water mark: VmHWM (its own address space; ru_maxrss
+    would carry the forking parent's peak across exec), else ru_maxrss."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # KiB on Linux
 
 
 class Engine:
@@ -76,28 +107,25 @@ class Engine:
         self.rag = (RagCatalog(settings.seed, config["rag"], settings.rag_num_docs, settings.model.is_large)
                     if settings.features.rag and settings.rag_num_docs > 0 else None)
         self.users = make_users(settings.num_users, settings.seed, config, settings.features, self.prefixes, self.rag)
-        if settings.max_concurrent_allocs > 0:
-            self.workers = min(settings.max_concurrent_allocs, settings.num_users)
-        else:
-            self.workers = min(settings.num_users, int(config["engine"]["max_workers"]))
+        self.workers = min(settings.num_users, int(config["engine"]["max_workers"]))
+        allocs = settings.max_concurrent_allocs
+        self._write_slots = threading.BoundedSemaphore(allocs) if allocs > 0 else None
         self.per_token_s = float(config["generation_timing"][settings.generation_mode])
         self.decode = config["decode"]
         self.counters = Counters()
         self.series = {name: Series() for name in ("end_to_end", "service", "storage_io", "generation", "queue_wait")}
         self.qos = {level: Series() for level in config["qos_profiles"]}
-        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._queue: queue.PriorityQueue = queue.PriorityQueue(maxsize=int(config["engine"]["max_queued_requests"]))
         self._order = itertools.count()
-        self._ready: list[tuple[float, int, int]] = []
-        self._ready_cv = threading.Condition()
         self._stop = threading.Event()
         self._dispatch_done = threading.Event()
         self._dispatched = 0
-        self._in_flight = 0
-        self._peak = 0
+        self._in_flight = self._peak = self._writing = self._peak_writing = 0
         self._inflight_lock = threading.Lock()
         self._outstanding = threading.Semaphore(settings.num_users)
+        self._prefixes_seen: set[int] = set()
         self.errors: list[str] = []
-        self._log_fh = None
+        self._files: dict[str, Any] = {}
         self._log_lock = threading.Lock()
 
     # -- setup -------------------------------------------------------------------------------
@@ -108,8 +136,7 @@ class Engine:
                 self.cache.put(RagCatalog.key(doc), self.data.make(tokens), tokens)
         if self.s.phase == "decode":
             for user in self.users:
-                spec = self.config["user_templates"][user.template]
-                tokens = user.rng.randint(int(spec["context_tokens"][0]), int(spec["context_tokens"][1]))
+                tokens = user.context_tokens()
                 self.cache.put(self._decode_key(user.user_id), self.data.make(tokens), tokens)
         self.cache.reset_stats()
 
@@ -119,18 +146,17 @@ class Engine:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
-        if self.s.request_log:
-            self._log_fh = open(self.s.request_log, "w", encoding="utf-8")
+        for name, path in (("log", self.s.request_log), ("trace", self.s.request_trace)):
+            if path:
+                self._files[name] = open(path, "w", encoding="utf-8")
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
+        rss_start = rss_bytes()
         start = time.perf_counter()
         self.deadline = start + self.s.duration
         workers = [threading.Thread(target=self._worker, name=f"kv-worker-{i}", daemon=True) for i in range(self.workers)]
         if self.s.trace is not None:
             dispatcher = threading.Thread(target=self._dispatch_trace, args=(start,), name="kv-dispatch", daemon=True)
         else:
-            now = time.perf_counter()
-            self._ready = [(now, i, u.user_id) for i, u in enumerate(self.users)]
-            heapq.heapify(self._ready)
             dispatcher = threading.Thread(target=self._dispatch_users, name="kv-dispatch", daemon=True)
         for thread in (dispatcher, *workers):
             thread.start()
@@ -144,49 +170,71 @@ class Engine:
                 self._stop.wait(min(remaining, 0.05))
         finally:
             self._stop.set()
-            with self._ready_cv:
-                self._ready_cv.notify_all()
             for thread in workers:
                 thread.join()
             dispatcher.join(timeout=5)
-            if self._log_fh:
-                self._log_fh.close()
+            for fh in self._files.values():
+                fh.close()
         elapsed = time.perf_counter() - start
         usage1 = resource.getrusage(resource.RUSAGE_SELF)
+        buffers = self.cache.tiers[-1].buffers
+        memory = {"rss_at_start_bytes": rss_start, "peak_rss_bytes": peak_rss_bytes(),
+                  "peak_rss_above_start_bytes": max(0, peak_rss_bytes() - rss_start),
+                  "io_chunk_bytes": buffers.chunk_bytes, "io_buffers_allocated": buffers.allocated,
+                  "io_buffer_bytes": buffers.allocated_bytes, "data_pool_bytes": int(self.data.pool.nbytes),
+                  "basis": "peak_rss_bytes is the process's resident-set high-water mark (VmHWM); "
+                           "the memory tiers' entries are part of it"}
         return Outcome(
             elapsed=elapsed, requests=int(self.counters.get("requests")), tokens=int(self.counters.get("tokens")),
-            pending_at_end=self._queue.qsize() + int(self.counters.get("not_started")), workers=self.workers, end_to_end=self.series["end_to_end"],
-            service=self.series["service"], storage_io=self.series["storage_io"], generation=self.series["generation"],
-            queue_wait=self.series["queue_wait"], qos_service=self.qos, counters=self.counters,
-            cpu_user_s=usage1.ru_utime - usage0.ru_utime, cpu_system_s=usage1.ru_stime - usage0.ru_stime,
-            errors=list(self.errors), peak_in_flight=self._peak)
+            pending_at_end=self._queue.qsize() + int(self.counters.get("not_started")), workers=self.workers,
+            end_to_end=self.series["end_to_end"], service=self.series["service"], storage_io=self.series["storage_io"],
+            generation=self.series["generation"], queue_wait=self.series["queue_wait"], qos_service=self.qos,
+            counters=self.counters, cpu_user_s=usage1.ru_utime - usage0.ru_utime,
+            cpu_system_s=usage1.ru_stime - usage0.ru_stime, errors=list(self.errors), peak_in_flight=self._peak,
+            peak_writes_in_flight=self._peak_writing, memory=memory)
 
     def _limit_reached(self) -> bool:
         return self.s.max_requests > 0 and self._dispatched >= self.s.max_requests
 
-    def _enqueue(self, request: Request) -> None:
-        request.arrival = time.perf_counter()
-        self._dispatched += 1
-        if self._log_fh is not None:
+    def _write_line(self, name: str, record: dict[str, Any]) -> None:
+        fh = self._files.get(name)
+        if fh is not None:
             with self._log_lock:
-                self._log_fh.write(json.dumps(request.signature()) + "\n")
-        self._queue.put((-request.priority, next(self._order), request))
+                fh.write(json.dumps(record) + "\n")
+
+    def _enqueue(self, request: Request) -> bool:
+        """Queue a request (waiting while the queue is full); False if the run stopped first."""
+        request.arrival = time.perf_counter()
+        item = (-request.priority, next(self._order), request)
+        while True:
+            try:
+                self._queue.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                if self._stop.is_set():
+                    return False
+        self._dispatched += 1
+        self._write_line("log", request.signature())
+        return True
 
     def _dispatch_users(self) -> None:
-        """Closed loop: a user becomes ready again after its response and think time."""
+        """Open loop per user: a user enqueues a request, pauses its think time, enqueues the
+        next, whatever happened to the first (its own clock, kept in a heap)."""
         try:
-            while not self._stop.is_set() and not self._limit_reached():
-                with self._ready_cv:
-                    while not self._stop.is_set():
-                        now = time.perf_counter()
-                        if self._ready and self._ready[0][0] <= now:
-                            break
-                        wait = (self._ready[0][0] - now) if self._ready else 0.05
-                        self._ready_cv.wait(min(max(wait, 0.0), 0.05))
-                    if self._stop.is_set():
-                        return
-                    _, _, user_id = heapq.heappop(self._ready)
-                self._enqueue(self.users[user_id].next_request())
+            now = time.perf_counter()
+            ready = [(now, i, u.user_id) for i, u in enumerate(self.users)]
+            heapq.heapify(ready)
+            while ready and not self._stop.is_set() and not self._limit_reached():
+                due, _, user_id = ready[0]
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    self._stop.wait(min(wait, 0.05))
+                    continue
+                heapq.heappop(ready)
+                request = self.users[user_id].next_request()
+                if not self._enqueue(request):
+                    return
+                heapq.heappush(ready, (max(due, request.arrival) + request.think_time_s, next(self._order), user_id))
         finally:
             self._dispatch_done.set()
 
@@ -205,7 +253,8 @@ class Engine:
                     if self._stop.is_set():
                         return
                 user = self.users[number % len(self.users)]
-                self._enqueue(user.next_request((row.request_tokens, row.response_tokens), trace_row=number))
+                if not self._enqueue(user.next_request((row.request_tokens, row.response_tokens), trace_row=number)):
+                    return
         finally:
             self._dispatch_done.set()
 
@@ -223,62 +272,102 @@ class Engine:
                 self._peak = max(self._peak, self._in_flight)
             try:
                 self._serve(request)
+            except MemoryError as exc:
+                self._fail(request, f"out of memory serving a {request.context_tokens}-token request "
+                                    f"({request.context_tokens * self.s.model.kv_bytes_per_token / (1 << 20):.0f} MiB "
+                                    f"of KV): {exc or 'MemoryError'}")
             except Exception as exc:  # noqa: BLE001 - an I/O failure ends the run, reported in the output
-                log.error("request %s failed: %s", request.key, exc)
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                self._stop.set()
+                self._fail(request, f"{type(exc).__name__}: {exc}")
             finally:
                 with self._inflight_lock:
                     self._in_flight -= 1
 
+    def _fail(self, request: Request, message: str) -> None:
+        log.error("request %s failed: %s", request.key, message)
+        self.errors.append(message)
+        self._stop.set()
+
     # -- one request -------------------------------------------------------------------------
-    def _lookup(self, key: str, kind: str) -> tuple[bool, float]:
+    def _read(self, key: str, kind: str, ops: list[dict[str, Any]]) -> float:
         result = self.cache.get(key)
         self.counters.add(f"{kind}_hits" if result.hit else f"{kind}_misses")
         self.counters.add("cache_hits" if result.hit else "cache_misses")
-        return result.hit, result.timing.total
+        ops.append({"op": "read", "kind": kind, "key": key, "hit": result.hit, "tier": result.tier,
+                    "tokens": result.tokens})
+        return result.timing.total
 
-    def _store(self, key: str, tokens: int, kind: str) -> float:
-        result = self.cache.put(key, self.data.make(tokens), tokens)
+    def _write(self, key: str, tokens: int, kind: str, ops: list[dict[str, Any]]) -> float:
+        """A write holds one of the --max-concurrent-allocs slots (reads hold none)."""
+        slots = self._write_slots
+        if slots is not None:
+            slots.acquire()
+        with self._inflight_lock:
+            self._writing += 1
+            self._peak_writing = max(self._peak_writing, self._writing)
+        try:
+            result = self.cache.put(key, self.data.make(tokens), tokens)
+        finally:
+            with self._inflight_lock:
+                self._writing -= 1
+            if slots is not None:
+                slots.release()
         self.counters.add(f"{kind}_writes")
         if result.tier is None:
             self.counters.add("rejected_writes")
+        ops.append({"op": "write", "kind": kind, "key": key, "tier": result.tier, "tokens": tokens})
         return result.timing.total
+
+    def _prefix(self, request: Request) -> None:
+        """A system prompt's KV is never written: a prefix hit does no I/O, it only saves bytes."""
+        if request.prefix_id is None:
+            return
+        with self._inflight_lock:
+            seen = request.prefix_id in self._prefixes_seen
+            self._prefixes_seen.add(request.prefix_id)
+        self.counters.add("prefix_hits" if seen else "prefix_misses")
+        if seen:
+            self.counters.add("prefix_bytes_saved", request.prefix_tokens * self.s.model.kv_bytes_per_token)
+
+    def _steps(self, request: Request) -> Iterator[tuple[str, str, str, int]]:
+        """(op, kind, key, tokens) in order: the reference's request shape for this phase."""
+        phase = self.s.phase
+        if phase == "decode":
+            for _ in range(self.decode_reads(request)):
+                yield "read", "decode", self._decode_key(request.user_id), 0
+            return
+        if phase == "both":
+            for key in request.previous_keys:
+                yield "read", "multi_turn", key, 0
+            for doc in request.rag_docs:
+                yield "read", "rag", RagCatalog.key(doc), 0
+        yield "write", "prefill", request.key, request.context_tokens
+        if phase == "both" and request.context_tokens < int(self.decode["prefill_only_context_tokens"]):
+            for _ in range(self.decode_reads(request)):
+                yield "read", "decode", request.key, 0
 
     def _serve(self, request: Request) -> None:
         begun = time.perf_counter()
         io = 0.0
-        phase = self.s.phase
-        decoded: float | None = 0.0
-        if phase == "decode":
-            decoded = self._decode(request, self._decode_key(request.user_id))
-        else:
-            if phase == "both":
-                if request.prefix_id is not None:
-                    key = PrefixCatalog.key(request.prefix_id)
-                    hit, spent = self._lookup(key, "prefix")
-                    io += spent
-                    if hit:
-                        self.counters.add("prefix_bytes_saved", request.prefix_tokens * self.s.model.kv_bytes_per_token)
-                    else:
-                        io += self._store(key, request.prefix_tokens, "prefix")
-                if request.previous_key is not None:
-                    io += self._lookup(request.previous_key, "multi_turn")[1]
-                for doc in request.rag_docs:
-                    key = RagCatalog.key(doc)
-                    hit, spent = self._lookup(key, "rag")
-                    io += spent
-                    if not hit and self.rag is not None:
-                        io += self._store(key, self.rag.tokens[doc], "rag")
-            io += self._store(request.key, request.history_tokens, "prefill")
-            if request.previous_key is not None and phase == "both":
-                self.cache.remove(request.previous_key)  # the new turn's KV supersedes it
-            if phase == "both":
-                decoded = self._decode(request, request.key)
-        if decoded is None:  # the run ended during its decode reads: not a completed request
+        ops: list[dict[str, Any]] = []
+        if self.s.phase == "both":
+            self._prefix(request)
+        truncated = False
+        for op, kind, key, tokens in self._steps(request):
+            if time.perf_counter() >= self.deadline:  # the run ended mid-request: not a completed request
+                truncated = True
+                break
+            if op == "write":
+                io += self._write(key, tokens, kind, ops)
+            else:
+                io += self._read(key, kind, ops)
+                if kind == "decode":
+                    self.counters.add("decode_reads")
+        self._trace(request, ops, truncated)
+        if self.s.trace is not None:
+            self._outstanding.release()
+        if truncated:
             self.counters.add("truncated_at_deadline")
             return
-        io += decoded
         done = time.perf_counter()
         generation = request.generation_tokens * self.per_token_s
         service = done - request.arrival
@@ -291,24 +380,15 @@ class Engine:
         self.counters.add("requests")
         self.counters.add("tokens", request.generation_tokens)
         self.counters.add(f"qos_{request.qos}_requests")
-        if self.s.trace is not None:
-            self._outstanding.release()
-        else:
-            ready = done + generation + request.think_time_s
-            with self._ready_cv:
-                heapq.heappush(self._ready, (ready, next(self._order), request.user_id))
-                self._ready_cv.notify()
 
-    def _decode(self, request: Request, key: str) -> float | None:
-        """The decode re-reads; returns their I/O time, or None if the run ended before they did."""
-        spent = 0.0
-        for _ in range(self._decode_reads(request)):
-            if time.perf_counter() >= self.deadline:
-                return None
-            spent += self._lookup(key, "decode")[1]
-            self.counters.add("decode_reads")
-        return spent
+    def _trace(self, request: Request, ops: list[dict[str, Any]], truncated: bool) -> None:
+        if "trace" in self._files:
+            record = {k: v for k, v in request.signature().items() if k not in ("think_time_s", "priority")}
+            record.update(status="truncated" if truncated else "done", ops=ops)
+            self._write_line("trace", record)
 
-    def _decode_reads(self, request: Request) -> int:
-        return max(1, min(int(self.decode["max_reads_per_request"]),
-                          math.ceil(request.generation_tokens / int(self.decode["batch_tokens"]))))
+    def decode_reads(self, request: Request) -> int:
+        """1 + ceil(generated tokens / decode.batch_tokens), capped by max_reads_per_request if set."""
+        reads = 1 + math.ceil(request.generation_tokens / int(self.decode["batch_tokens"]))
+        cap = int(self.decode["max_reads_per_request"])
+        return min(reads, cap) if cap > 0 else reads

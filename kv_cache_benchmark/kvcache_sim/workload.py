@@ -1,5 +1,9 @@
 """Who asks for what: users, their QoS class, conversations, shared prefixes, RAG, traces.
 
+The request shape is the MLCommons reference's (ManPage, KV cache workload): a user's context
+is uniform between a quarter of its budget and the budget; a later turn of a conversation
+re-reads every earlier turn; system-prompt (prefix) KV is never written.
+
 Every user draws from its own random.Random seeded from (seed, user id), so the sequence of
 requests each user makes is fixed by the seed, whatever the threads' timing.
 """
@@ -27,11 +31,9 @@ class Request:
     template: str
     conversation: int
     turn: int
-    context_tokens: int       # everything the model attends to: system prompt + history
-    history_tokens: int       # this turn's KV beyond the system prompt (what prefill stores)
-    previous_history_tokens: int
+    context_tokens: int       # this request's KV: what prefill writes and decode re-reads
     generation_tokens: int
-    think_time_s: float
+    think_time_s: float       # the user's pause after enqueuing this request, before the next
     prefix_id: int | None = None
     prefix_tokens: int = 0
     rag_docs: tuple[int, ...] = ()
@@ -40,11 +42,15 @@ class Request:
 
     @property
     def key(self) -> str:
-        return f"u{self.user_id}_c{self.conversation}_t{self.turn}"
+        return self.turn_key(self.turn)
+
+    def turn_key(self, turn: int) -> str:
+        return f"u{self.user_id}_c{self.conversation}_t{turn}"
 
     @property
-    def previous_key(self) -> str | None:
-        return f"u{self.user_id}_c{self.conversation}_t{self.turn - 1}" if self.turn > 1 else None
+    def previous_keys(self) -> list[str]:
+        """Every earlier turn of the conversation: a multi-turn request re-reads them all."""
+        return [self.turn_key(t) for t in range(1, self.turn)]
 
     def signature(self) -> dict[str, Any]:
         """The seed-determined part of the request (no timing)."""
@@ -103,7 +109,8 @@ class Features:
 
 @dataclass
 class User:
-    """One simulated user: a QoS class, a template, and the state of its conversation."""
+    """One simulated user: a QoS class, a template, a context budget (drawn once from the
+    template's range) and the state of its conversation."""
 
     user_id: int
     seed: int
@@ -114,12 +121,11 @@ class User:
     rng: random.Random = field(init=False)
     qos: str = field(init=False)
     template: str = field(init=False)
+    context_budget: int = field(init=False)
     seq: int = 0
     conversation: int = 0
     turn: int = 0
-    history: int = 0
     prefix_id: int | None = None
-    last_generation: int = 0
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"{self.seed}:user:{self.user_id}")
@@ -135,6 +141,7 @@ class User:
         names = [name for name, _ in templates]
         weights = [spec["weight"] for _, spec in templates]
         self.template = self.rng.choices(names, weights=weights)[0]
+        self.context_budget = self._randint(self.config["user_templates"][self.template]["context_tokens"])
 
     @property
     def priority(self) -> int:
@@ -143,49 +150,41 @@ class User:
     def _randint(self, bounds: list[float]) -> int:
         return self.rng.randint(int(bounds[0]), int(bounds[1]))
 
-    def _start_conversation(self, spec: dict[str, Any]) -> tuple[int, int]:
+    def context_tokens(self) -> int:
+        """A request's context: uniform between a quarter of the user's budget and the budget."""
+        return self.rng.randint(max(1, self.context_budget // 4), self.context_budget)
+
+    def _start_conversation(self) -> None:
         self.conversation += 1
         self.turn = 1
         self.prefix_id = None
-        prefix_tokens = 0
         if self.features.prefix_caching and self.prefixes.tokens and self.rng.random() < self.prefixes.probability:
             self.prefix_id = self.rng.randrange(len(self.prefixes.tokens))
-            prefix_tokens = self.prefixes.tokens[self.prefix_id]
-        context = self._randint(spec["context_tokens"])
-        self.history = max(1, context - prefix_tokens)
-        return prefix_tokens, 0
 
     def next_request(self, trace: tuple[int, int] | None = None, trace_row: int | None = None) -> Request:
         """The user's next request; `trace` = (request tokens, response tokens) replaces the
-        template's lengths and always starts a new conversation."""
+        drawn lengths and always starts a new conversation."""
         spec = self.config["user_templates"][self.template]
         conv = self.config["conversation"]
-        previous = 0
         new = (trace is not None or self.turn == 0 or not self.features.multi_turn
                or self.turn >= conv["max_turns"] or self.rng.random() < conv["new_conversation_probability"])
-        if not new:
-            prefix_tokens = self.prefixes.tokens[self.prefix_id] if self.prefix_id is not None else 0
-            grown = self.history + self._randint(conv["turn_tokens"]) + self.last_generation
-            if prefix_tokens + grown > conv["max_context_tokens"]:
-                new = True
-            else:
-                previous, self.history, self.turn = self.history, grown, self.turn + 1
         if new:
-            prefix_tokens, previous = self._start_conversation(spec)
+            self._start_conversation()
+        else:
+            self.turn += 1
+        context = self.context_tokens()
         generation = self._randint(spec["generation_tokens"])
         if trace is not None:
-            self.history = max(1, trace[0] - prefix_tokens)
-            generation = max(1, trace[1])
+            context, generation = max(1, trace[0]), max(1, trace[1])
         think = 0.0 if trace is not None else self.rng.uniform(*spec["think_time_s"])
         docs: tuple[int, ...] = ()
         if self.rag is not None and self.features.rag and self.rng.random() < self.rag.probability:
             docs = self.rag.sample(self.rng)
-        self.last_generation = generation
         self.seq += 1
+        prefix_tokens = self.prefixes.tokens[self.prefix_id] if self.prefix_id is not None else 0
         return Request(user_id=self.user_id, seq=self.seq, qos=self.qos, priority=self.priority,
                        template="trace" if trace is not None else self.template, conversation=self.conversation,
-                       turn=self.turn, context_tokens=prefix_tokens + self.history, history_tokens=self.history,
-                       previous_history_tokens=previous, generation_tokens=generation, think_time_s=think,
+                       turn=self.turn, context_tokens=context, generation_tokens=generation, think_time_s=think,
                        prefix_id=self.prefix_id, prefix_tokens=prefix_tokens, rag_docs=docs, trace_row=trace_row)
 
 

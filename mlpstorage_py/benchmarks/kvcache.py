@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import kvcache_hosts, workloads
 from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
@@ -268,9 +269,10 @@ class KVCacheBenchmark(Benchmark):
         return lines
 
     def _footprint(self, options: dict[str, Any], layout: Layout) -> list[str]:
-        """Upper bound of the storage tier each Option can fill: every user's conversation at the
-        simulator's context cap, on every rank (the CPU tier would hold part of it)."""
-        cap = int(self.table["sizing"]["max_context_tokens"])
+        """Upper bound of the working set each Option keeps: every user's live conversation at
+        its largest (max turns x the largest context), on every rank (the CPU tier would hold
+        part of it; older conversations are evicted as the storage tier fills)."""
+        cap = int(self.table["sizing"]["live_tokens_per_user"])
         lines = [f"storage tier upper bound (users x {cap:,} tokens x KV bytes per token, per rank and for "
                  f"{layout.total_ranks} rank(s)):"]
         for key, option in options.items():
@@ -377,7 +379,7 @@ class KVCacheBenchmark(Benchmark):
         failures: dict[str, dict[str, str]] = {}
         aggregates: dict[str, dict[str, Any]] = {}
         commands = iter(plan.commands)
-        with self.scratch() as scratch:
+        with self.scratch() as scratch, progress.Progress("kvcache", len(params["options"]) * seq["trials"], "trials") as bar:
             for index, (key, option) in enumerate(params["options"].items()):
                 if stopped is not None:
                     break
@@ -412,6 +414,7 @@ class KVCacheBenchmark(Benchmark):
                         log.error(f"option {key} trial {trial}: mpirun exited with code {code}{': ' + detail if detail else ''}; "
                                   f"see {err}")
                     trials.append(read_trial(trial_dir, total))
+                    bar.advance()
                 aggregate = aggregate_option(key, trials, total)
                 aggregate["name"] = self.table["options"].get(key, {}).get("name", "custom")
                 aggregate["label"] = self.table["options"].get(key, {}).get("label", "")
