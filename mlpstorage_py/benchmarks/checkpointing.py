@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import dlio_checkpointing, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
@@ -160,10 +161,14 @@ class CheckpointingBenchmark(Benchmark):
             work = plan.engine_parameters["checkpoint_bytes"] * (ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"])
             plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]), io_bytes=work)
             log.info(f"checkpoint engine deadline: {plan.deadline_s:.0f} s")
-            code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
-                              stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
-                              label="checkpoint engine", echo=bool(self.request.arg("verbose")),
-                              deadline_s=plan.deadline_s)
+            # Progress: the engine's rank 0 prints a line per checkpoint done, after its timed span.
+            marks = progress.LogMarks(leaf / "checkpointing_run.stdout.log", r"\b((?:save|load)_ckpt\d+):")
+            with progress.polled("checkpoints", ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"], marks,
+                                 "written/read"):
+                code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
+                                  stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
+                                  label="checkpoint engine", echo=bool(self.request.arg("verbose")),
+                                  deadline_s=plan.deadline_s)
             require_success(code, "checkpoint engine", leaf / "checkpointing_run.stderr.log")
         _write_config_record(leaf, plan, self.request.args)
 

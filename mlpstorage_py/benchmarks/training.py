@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py import __version__
+from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused
@@ -347,10 +347,20 @@ class TrainingBenchmark(Benchmark):
             label = f"training_{self.request.command}"
             plan.deadline_s = self._deadline(plan)
             log.info(f"DLIO deadline: {plan.deadline_s:.0f} s")
-            code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
-                              stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
-                              echo=bool(self.request.arg("verbose")), deadline_s=plan.deadline_s)
+            with self._progress(plan, leaf / f"{label}.stderr.log"):
+                code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
+                                  stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
+                                  echo=bool(self.request.arg("verbose")), deadline_s=plan.deadline_s)
             require_success(code, "DLIO", leaf / f"{label}.stderr.log")
+
+    def _progress(self, plan: Plan, stderr_log: Path) -> Any:
+        """Datagen: the training files in the data directory; run: the epochs DLIO logged ending."""
+        if self.request.command == "datagen":
+            total = int(plan.parameters["dataset"]["num_files_train"])
+            return progress.polled("datagen", total, self.dataset.count_train, "files",
+                                   poll_s=2.0 if self.dataset.storage == "file" else 10.0)
+        epochs = int(plan.parameters.get("train", {}).get("epochs", 1))
+        return progress.polled("training", epochs, progress.LogMarks(stderr_log, r"Ending epoch (\d+)"), "epochs")
 
     def _drop_caches(self, plan: Plan) -> None:
         """Drop the page cache on every client host the run uses (not only this one) and record

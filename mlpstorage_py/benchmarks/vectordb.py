@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import vectordb_run, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
@@ -415,7 +416,9 @@ class VectorDBBenchmark(Benchmark):
             log.info(f"index build: {index_type} {metric} {build_params}")
             build_start = time.time()
             db.create_index(index_type, metric, build_params)
-            build = db.wait_index(stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
+            with progress.Progress("index build", ds["num_vectors"], "rows") as bar:
+                build = db.wait_index(stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress,
+                                      rows=lambda done, total: bar.update(done))
             build.update(start=_iso(build_start), seconds=time.time() - build_start, requested_params=build_params)
             built = self._check_built(db, index_type, metric, build_params)
             build.update(built)
@@ -470,20 +473,22 @@ class VectorDBBenchmark(Benchmark):
         start, gen_s, ins_s, inserted = time.time(), 0.0, 0.0, 0
         said = time.monotonic()
         every = float(self.config.get("progress_interval_s", 5))
-        for lo in range(0, n, chunk):
-            hi = min(lo + chunk, n)
-            t = time.perf_counter()
-            rows = generate.vectors(ds["seed"], ds["distribution"], dim, lo, hi)
-            gen_s += time.perf_counter() - t
-            for b in range(lo, hi, batch):
-                e = min(b + batch, hi)
+        with progress.Progress("vector load", n, "vectors") as bar:
+            for lo in range(0, n, chunk):
+                hi = min(lo + chunk, n)
                 t = time.perf_counter()
-                inserted += db.insert(np.arange(b, e, dtype=np.int64), rows[b - lo:e - lo])
-                ins_s += time.perf_counter() - t
-            if time.monotonic() - said >= every or hi == n:
-                rate = inserted / max(time.time() - start, 1e-9)
-                log.info(f"load: {inserted:,} of {n:,} vectors inserted ({100 * inserted / n:.0f}%), {rate:,.0f} vectors/s")
-                said = time.monotonic()
+                rows = generate.vectors(ds["seed"], ds["distribution"], dim, lo, hi)
+                gen_s += time.perf_counter() - t
+                for b in range(lo, hi, batch):
+                    e = min(b + batch, hi)
+                    t = time.perf_counter()
+                    inserted += db.insert(np.arange(b, e, dtype=np.int64), rows[b - lo:e - lo])
+                    ins_s += time.perf_counter() - t
+                bar.update(inserted)
+                if time.monotonic() - said >= every or hi == n:
+                    rate = inserted / max(time.time() - start, 1e-9)
+                    log.info(f"load: {inserted:,} of {n:,} vectors inserted ({100 * inserted / n:.0f}%), {rate:,.0f} vectors/s")
+                    said = time.monotonic()
         if inserted != n:
             raise BenchmarkFailed(f"the database acknowledged {inserted:,} of {n:,} inserted vectors")
         log.info("flush: sealing the inserted data")

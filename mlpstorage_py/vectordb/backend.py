@@ -246,9 +246,10 @@ class Milvus:
         self.call("create_index", self.client.create_index, self.collection, index_params,
                   timeout=self.timeouts.flush, sync=False)
 
-    def wait_index(self, *, stall_s: float, poll_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    def wait_index(self, *, stall_s: float, poll_s: float, progress: Callable[[str], None],
+                   rows: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Poll describe_index until every row is indexed; fail when indexed rows stop moving
-        for stall_s seconds, quoting the server's last answer."""
+        for stall_s seconds, quoting the server's last answer. rows(indexed, total) hears every poll."""
         start = time.time()
         last_rows, last_move, last_said, info = -1, time.monotonic(), 0.0, None
         while True:
@@ -256,6 +257,8 @@ class Milvus:
             state = str(info.get("state", "unknown"))
             indexed, total = int(info.get("indexed_rows", 0) or 0), int(info.get("total_rows", 0) or 0)
             pending = int(info.get("pending_index_rows", 0) or 0)
+            if rows is not None:
+                rows(indexed, total)
             if state == "Failed":
                 raise BenchmarkFailed(f"the index build failed on {self.describe()}: {_server_state(info)}")
             if state == "Finished" and indexed >= total and pending == 0:
