@@ -333,3 +333,16 @@ def test_values_a_run_lacks_are_gaps(tmp_path, mpl_cache):
     assert runs[2].name not in au.series and any(runs[2].name in n for n in au.notes)
     page, counts = html.build(root)
     assert counts["charts"] == 2 and page.count("<svg") == 2
+
+
+def test_without_matplotlib_one_line_and_nothing_written(tmp_path, cli, monkeypatch):
+    """matplotlib is installed here, so its absence is simulated (find_spec says None)."""
+    import importlib.util
+
+    with synthetic_families.registered():
+        root = synthetic.copy_package(tmp_path / "pkg", families=("checkpointing",))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    result = cli("reports", "html", "--results-dir", root, "-o", tmp_path / "page.html")
+    assert result.rc == 1 and result.err_lines == [result.err_lines[0]] and "pip install matplotlib" in result.err
+    assert not (tmp_path / "page.html").exists()

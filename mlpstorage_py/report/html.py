@@ -207,6 +207,7 @@ def reports_html(args: dict[str, Any], argv: list[str]) -> int:
     if not root.is_dir():
         raise NotFoundError(f"results directory {root} does not exist")
     output = _output(root, args.get("output"), bool(args.get("force")))
+    plots.require_matplotlib()
     page, counts = build(root)
     atomic_write_text(output, page)  # a link at the output is replaced, never followed
     print(f"wrote {output}: {counts['results']} results, {counts['charts']} charts, {counts['findings']} findings")

@@ -16,6 +16,7 @@ from typing import Any
 
 from mlpstorage_py.checker.files import UNREADABLE
 from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.errors import NotAvailable
 from mlpstorage_py.report import figures
 
 Value = float | None
@@ -188,6 +189,15 @@ SERIES = {"training": training, "checkpointing": checkpointing, "kv_cache": kv_c
 
 def charts_of(benchmark: str, leaves: list[Leaf]) -> list[Chart]:
     return SERIES[benchmark](leaves) if benchmark in SERIES else []
+
+
+def require_matplotlib() -> None:
+    """Fail before any work, in one line, where matplotlib is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise NotAvailable("reports html needs matplotlib: pip install matplotlib==3.11.2 "
+                           "(requirements.txt, or the package's [report] extra)")
 
 
 def svg(chart: Chart) -> str:
