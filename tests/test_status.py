@@ -1,0 +1,118 @@
+"""`mlpstorage status`: verdicts per result over synthetic packages and the published corpus."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import timedelta
+
+import pytest
+
+from conftest import REALDATA
+from mlpstorage_py.results.leaf import create_leaf
+from synthetic import BASE, duplicate_leaf, edit_json, edit_yaml, fresh, leaves_of, metadata_file, workload  # noqa: F401
+
+
+def status(cli, root, *flags):
+    result = cli("status", root, "--json", *flags)
+    assert result.rc == 0, result.err
+    return {(r["benchmark"], r["model"]): r for r in json.loads(result.out)["results"]}
+
+
+def states(row):
+    return [(leaf["id"].rsplit("/", 1)[-1], leaf["state"]) for leaf in row["leaves"] if leaf["phase"] == "run"]
+
+
+def test_a_valid_package_is_ready_and_every_leaf_ok(cli, fresh):
+    root = fresh()
+    rows = status(cli, root)
+    train, ckpt = rows[("training", "unet3d")], rows[("checkpointing", "llama3-8b")]
+    assert (train["runs_present"], train["runs_required"], train["verdict"]) == (6, 6, "ready")
+    assert (ckpt["runs_present"], ckpt["runs_required"], ckpt["verdict"]) == (2, 2, "ready")
+    assert [leaf["phase"] for leaf in train["leaves"]] == ["datasize", "datagen"] + ["run"] * 6
+    assert {leaf["state"] for r in rows.values() for leaf in r["leaves"]} == {"ok"}
+    table = cli("status", root, "--runs")
+    assert table.rc == 0 and "6/6" in table.out and "ready" in table.out and "  ok         datagen" in table.out
+
+
+def test_a_combined_checkpointing_leaf_is_one_of_one(cli, fresh):
+    row = status(cli, fresh(checkpoint_invocations=1))[("checkpointing", "llama3-8b")]
+    assert (row["runs_present"], row["runs_required"], row["verdict"]) == (1, 1, "ready")
+
+
+def test_a_failed_run_is_shown_and_never_counted(cli, fresh):
+    root = fresh()
+    run = leaves_of(workload(root, "training") / "run")[3]
+    edit_json(metadata_file(run), lambda m: m.update(exit_status=6, failure="DLIO exited 1"))
+    row = status(cli, root)[("training", "unet3d")]
+    assert (row["runs_present"], row["verdict"]) == (5, "short")
+    assert (run.name, "failed") in states(row)
+    assert [leaf["detail"] for leaf in row["leaves"] if leaf["state"] == "failed"] == ["exit 6: DLIO exited 1"]
+
+
+def test_a_killed_run_is_incomplete_and_never_counted(cli, fresh):
+    """What the lifecycle leaves when mlpstorage is SIGKILLed mid-run: the leaf directory and its
+    open logs, but no metadata, provenance or pointer (written last, in the finally SIGKILL skips).
+    Built by hand: killing a real DLIO run costs minutes. A metadata that says `running` is the same."""
+    root = fresh()
+    runs = workload(root, "training") / "run"
+    killed, _ = create_leaf(runs, BASE + timedelta(hours=1))
+    (killed / "training_run.stdout.log").write_text("epoch 1 ...\n", encoding="utf-8")
+    running = leaves_of(runs)[2]
+    edit_json(metadata_file(running), lambda m: (m.pop("exit_status"), m.pop("invocation_end_time"), m.update(status="running")))
+    row = status(cli, root)[("training", "unet3d")]
+    assert (killed.name, "incomplete") in states(row) and (running.name, "incomplete") in states(row)
+    assert row["runs_present"] == 5 and row["verdict"] == "short"
+
+
+def test_ok_runs_beyond_the_count_are_extra(cli, fresh):
+    root = fresh()
+    runs = leaves_of(workload(root, "training") / "run")
+    extra = duplicate_leaf(runs[-1], timedelta(seconds=68))
+    row = status(cli, root)[("training", "unet3d")]
+    assert states(row)[-1] == (extra.name, "extra") and [s for _, s in states(row)].count("ok") == 6
+    assert row["runs_present"] == 6 and row["invalid"] >= 1 and row["verdict"] == "invalid"  # 2.1.17: 7 run leaves
+
+
+def test_missing_paperwork(cli, fresh):
+    root = fresh()
+    (root / "closed/Acme/systems/sys1.pdf").unlink()
+    edit_yaml(root / "closed/Acme/systems/sys1.yaml",
+              lambda d: d["system_under_test"]["solution"]["capabilities"].pop("simultaneous_read"))
+    rows = status(cli, root)
+    train, ckpt = rows[("training", "unet3d")], rows[("checkpointing", "llama3-8b")]
+    assert train["verdict"] == ckpt["verdict"] == "paperwork" and train["invalid"] == ckpt["invalid"] == 0
+    assert [p.split(":")[0] for p in train["paperwork"]] == ["2.1.7"]
+    assert [p.split(":")[0] for p in ckpt["paperwork"]] == ["2.1.7", "4.7.4"]
+    assert "simultaneous_read" in ckpt["paperwork"][1]
+    assert "paperwork closed/Acme/systems/sys1: 2.1.7" in cli("status", root).out
+
+
+def test_whatif_and_trash_are_never_counted(cli, fresh):
+    root = fresh()
+    runs = workload(root, "training") / "run"
+    shutil.copytree(root / "closed", root / "whatif")  # no leaf is ever read outside closed/ and open/
+    gone = leaves_of(runs)[-1]
+    assert cli("runs", "rm", "--results-dir", root, gone.name, "--yes").rc == 0
+    row = status(cli, root)[("training", "unet3d")]
+    assert (row["runs_present"], row["verdict"]) == (5, "short")
+    assert all(".mlps" not in leaf["id"] and not leaf["id"].startswith("whatif") for leaf in row["leaves"])
+    result = cli("validate", root, "--json")
+    assert ".mlps" not in result.out
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
+def test_status_of_the_published_packages(cli, realdata_copy):
+    rows = {(r["organization"], r["benchmark"]): r
+            for r in json.loads(cli("status", realdata_copy, "--json").out)["results"]}
+    assert len(rows) == 9
+    counts = {key: (r["runs_present"], r["runs_required"]) for key, r in rows.items()}
+    assert counts[("NewFW", "training")] == counts[("XSKY", "training")] == counts[("Alluxio", "training")] == (6, 6)
+    assert counts[("NewFW", "checkpointing")] == (2, 2) and counts[("UBIX", "checkpointing")] == (1, 1)  # combined leaf
+    assert counts[("TTA", "vector_database")] == counts[("SAMSUNG", "vector_database")] == (5, 5)
+    assert counts[("SAMSUNG", "kv_cache")] == (1, 1)
+    # the corpus lacks most files (its README): every result is INVALID, and no PDF is published
+    assert {r["verdict"] for r in rows.values()} == {"invalid"}
+    assert all(any(p.startswith("2.1.7") for p in r["paperwork"]) for r in rows.values())
+    datagen = [leaf for leaf in rows[("NewFW", "training")]["leaves"] if leaf["phase"] == "datagen"]
+    assert [leaf["state"] for leaf in datagen] == ["incomplete"]  # configs only: no metadata, no summary
