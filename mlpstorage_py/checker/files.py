@@ -213,13 +213,12 @@ def _strict_text(path: Path) -> tuple[str | None, str | None]:
 
 
 def strict_text(path: Path) -> str | None:
-    """A regular file's text, None for anything else; raises what a strict UTF-8 read raises."""
+    """A regular file's text, None for anything else or a file that cannot be read; bytes that
+    are not UTF-8 come back replaced (U+FFFD), so the text never parses as a well-formed record
+    and the rule reading it reports it, rather than crashing."""
     if kind_of(path) != FILE:
         return None
-    content = _content(path)
-    if content.error or content.undecodable:
-        raise content.error or content.undecodable
-    return content.text
+    return _content(path).text
 
 
 def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
@@ -230,6 +229,8 @@ def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
             found = json.loads(text), None
         except ValueError as exc:
             found = None, exc
+        except RecursionError:  # nesting deeper than the parser goes: as malformed as a syntax error
+            found = None, ValueError("nested too deeply to parse")
         _json[key] = found
     return found
 
@@ -329,6 +330,8 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
         return _shape_of_events(loader, key), None
     except yaml.YAMLError as exc:
         return None, _yaml_problem(path, exc)
+    except RecursionError:
+        return None, f"{path.name} is not valid YAML (nested too deeply to parse)"
     finally:
         loader.dispose()
 
@@ -341,6 +344,8 @@ def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
             found = yaml.load(text, Loader=SAFE_LOADER), None
         except yaml.YAMLError as exc:
             found = None, exc
+        except RecursionError:
+            found = None, yaml.YAMLError("nested too deeply to parse")
         _yaml[key] = found
     return found
 

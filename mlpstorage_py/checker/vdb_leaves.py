@@ -190,7 +190,8 @@ class Vdb:
     def named_outputs(self) -> list[tuple[str, bool]]:
         """(file name, present) of the stdout/stderr logs the metadata's command_output_files names."""
         found = []
-        for item in dig(self.meta, "command_output_files") or []:
+        listed = dig(self.meta, "command_output_files")
+        for item in listed if isinstance(listed, list) else []:
             for key in ("stdout", "stderr"):
                 name = PurePosixPath(str(dig(item, key) or "")).name if isinstance(item, dict) else ""
                 if name and name not in [n for n, _ in found]:

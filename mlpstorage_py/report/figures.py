@@ -223,7 +223,9 @@ def vector_database(runs: list[Leaf]) -> tuple[Figures, list[str]]:
         found = {}
         for leaf in ordered:
             value, where = _vdb_fact(leaf, records[leaf.path.name][0], name)
-            if value is not None:
+            if isinstance(value, (list, dict)):  # a malformed record: not a figure, and not hashable
+                issues.append(f"{label}: {leaf.path.name} {where} is a {type(value).__name__}, not a value")
+            elif value is not None:
                 found.setdefault(value, []).append(f"{leaf.path.name} {where}")
         if len(found) == 1:
             return next(iter(found))

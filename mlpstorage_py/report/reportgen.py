@@ -12,6 +12,7 @@ import yaml
 
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import leaf_class
+from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, manifest, table
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
@@ -97,7 +98,7 @@ def _public_ids(results_dir: Path, keys: list[str], prefix: str) -> dict[str, st
     """Every ID ever minted for this organization (public_ids.json), plus new ones numbered after
     the highest: an ID stays with its result and a retired one is never reused."""
     path = results_dir / PUBLIC_IDS
-    pinned: dict[str, str] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    pinned = _pinned_ids(path, prefix)
     next_id = max((int(v.rsplit("-", 1)[1]) for v in pinned.values()), default=0) + 1
     for key in keys:
         if key not in pinned:
@@ -106,8 +107,27 @@ def _public_ids(results_dir: Path, keys: list[str], prefix: str) -> dict[str, st
     return pinned
 
 
+def _pinned_ids(path: Path, prefix: str) -> dict[str, str]:
+    """The minted IDs; a table that is not {result: "<prefix>-NNNN"} is refused, never rebuilt,
+    since minting afresh could hand a retired ID to another result."""
+    if not path.exists() and not path.is_symlink():
+        return {}
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise ValueError("not a regular file")
+        pinned = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(pinned, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v.rsplit("-", 1)[-1].isdigit() for k, v in pinned.items()):
+            raise ValueError(f"not an object of result -> {prefix}-NNNN")
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ConfigurationError(f"{path} cannot be read as the Public ID table ({exc}); restore it, it pins every "
+                                 "ID minted for this organization") from None
+    return pinned
+
+
 def generate(root: Path) -> list[Path]:
     """Write every table and manifest of the tree; returns the paths written."""
+    root = root.resolve()  # below it, a path that resolves elsewhere went through a link (see _write)
     pkg = Package.load(root)
     written: list[Path] = []
     per_org: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -136,5 +156,7 @@ def generate(root: Path) -> list[Path]:
 
 
 def _write(path: Path, text: str) -> Path:
+    if path.parent.resolve() != path.parent:  # a linked directory would take the write out of the tree
+        raise ConfigurationError(f"refusing to write {path}: a symbolic link on its path leads to {path.parent.resolve()}")
     atomic_write_text(path, text if text.endswith("\n") else text + "\n")
     return path

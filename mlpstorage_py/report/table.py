@@ -7,8 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from mlpstorage_py.checker import files
 from mlpstorage_py.checker.package import Leaf
 
 SUT = ["Public ID", "Organization", "Division", "Benchmark Type", "Model", "Rules Edition", "Comparability Class",
@@ -36,12 +36,18 @@ BENCHMARK_LABELS = {"training": "Training", "checkpointing": "Checkpointing", "v
 
 
 def system_columns(org_dir: Path, system: str) -> dict[str, Any]:
-    """The system-under-test block from systems/<system>.yaml (blank where it says nothing)."""
+    """The system-under-test block from systems/<system>.yaml (blank where it says nothing), read
+    as the checker reads it: a link or special file is not opened, a malformed file leaves blanks."""
     path = org_dir / "systems" / f"{system}.yaml"
+    data = files.yaml_or_unreadable(path) if files.kind_of(path) == files.FILE else None
     try:
-        sut = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("system_under_test") or {}
-    except (OSError, yaml.YAMLError):
-        sut = {}
+        return _sut_columns(data if isinstance(data, dict) else {}, system)
+    except (AttributeError, TypeError, ValueError):  # wrong types inside the description
+        return _sut_columns({}, system)
+
+
+def _sut_columns(data: dict[str, Any], system: str) -> dict[str, Any]:
+    sut = data.get("system_under_test") or {}
     solution = sut.get("solution") or {}
     arch = solution.get("architecture") or {}
     nodes = sut.get("product_nodes") or []

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from mlpstorage_py.errors import MlpsError
+
+
+class WriteFailed(MlpsError, OSError):
+    """A file of the results tree could not be written (disk full, read-only, a directory in the
+    way): one line naming the file and the errno; still an OSError for callers that expect one."""
+
+    exit_code = 1
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def utc_now() -> str:
@@ -15,13 +29,21 @@ def utc_now() -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file and rename, so a reader never sees half a file."""
+    """Write via a temp file and rename, so a reader never sees half a file: on any failure the
+    old file stays as it was and the temp file is removed. A name that is not UTF-8 (surrogate
+    escapes from the filesystem) is written backslash-escaped rather than failing the write."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        code = errno.errorcode.get(exc.errno or 0)
+        raise WriteFailed(exc.errno, f"cannot write {path}: {exc.strerror or exc}" + (f" ({code})" if code else "")) from exc
 
 
 def write_json(path: Path, data: Any) -> None:
