@@ -298,15 +298,19 @@ def test_published_packages(realdata_copy, tmp_path, mpl_cache):
     assert "per-trial results absent" in kv.text
 
 
-def test_where_the_page_may_go(tmp_path, cli, mpl_cache):
+def test_where_the_page_may_go(tmp_path, cli, mpl_cache, monkeypatch):
     """Never inside the tree, never over a file without --force; a missing tree is exit 3; a
-    result without results.json says how to get one."""
+    result without results.json says how to get one; progress goes to stderr."""
+    from mlpstorage_py import progress
+
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     with synthetic_families.registered():
         root = synthetic.copy_package(tmp_path / "pkg", families=("checkpointing",))
     result = cli("reports", "html", "--results-dir", root, "--output", root / "page.html")
     assert result.rc == 2 and "inside the results tree" in result.err and not (root / "page.html").exists()
     (root / "closed/Acme/results/sys1/checkpointing/llama3-8b/results.json").unlink()
-    assert cli("reports", "html", "--results-dir", root).rc == 0  # default: ./pkg-report.html
+    result = cli("reports", "html", "--results-dir", root)  # default: ./pkg-report.html
+    assert result.rc == 0 and "reports html: 1/1 results drawn" in result.err and "wrote" in result.out
     page = Path.cwd() / "pkg-report.html"
     assert "run <code>mlpstorage reports reportgen</code>" in page.read_text(encoding="utf-8")
     result = cli("reports", "html", "--results-dir", root)

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.progress import Progress
 from mlpstorage_py.report import plots
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.sentinel import resolve_results_dir
@@ -159,17 +160,20 @@ def build(root: Path) -> tuple[str, dict[str, int]]:
     by_workload: dict[Path, list[Leaf]] = defaultdict(list)
     for leaf in pkg.leaves:
         by_workload[leaf.workload_dir].append(leaf)
-    sections, summary, drawn = [], [], 0
-    for index, workload in enumerate(pkg.results(), 1):
-        rel = workload.relative_to(pkg.root).as_posix()
-        mine = grouped.get(rel, [])
-        html, charts = _section(pkg, index, workload, by_workload[workload], mine)
-        sections.append(html)
-        drawn += charts
-        first, verdict = by_workload[workload][0], _verdict(mine)
-        summary.append(f'<tr><td><a href="#r{index}">{_path(rel)}</a></td><td>{escape(first.benchmark)}</td>'
-                       f'<td>{escape(first.model)}</td><td class="{verdict}">{verdict}</td>'
-                       f"<td>{sum(f.severity == INVALID for f in mine)}</td><td>{sum(f.severity == WARNING for f in mine)}</td></tr>")
+    sections, summary, drawn, results = [], [], 0, pkg.results()
+    with Progress("reports html", total=len(results), unit="results drawn") as progress:
+        for index, workload in enumerate(results, 1):
+            rel = workload.relative_to(pkg.root).as_posix()
+            mine = grouped.get(rel, [])
+            html, charts = _section(pkg, index, workload, by_workload[workload], mine)
+            sections.append(html)
+            drawn += charts
+            progress.advance()
+            first, verdict = by_workload[workload][0], _verdict(mine)
+            summary.append(f'<tr><td><a href="#r{index}">{_path(rel)}</a></td><td>{escape(first.benchmark)}</td>'
+                           f'<td>{escape(first.model)}</td><td class="{verdict}">{verdict}</td>'
+                           f"<td>{sum(f.severity == INVALID for f in mine)}</td>"
+                           f"<td>{sum(f.severity == WARNING for f in mine)}</td></tr>")
     package_findings = grouped.get("package", [])
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
