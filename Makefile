@@ -7,12 +7,13 @@ DEMO := build/demo
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: demo test install clean system-deps mpich
+.PHONY: demo test install clean system-deps mpich bench
 
 install: $(STAMP) system-deps mpich
 
 # Debian packages the multi-host tests and benches need (simulated client hosts run their own
-# sshd; fio is the benches' reference). Installed only as root and only when missing; elsewhere
+# sshd; fio is the benches' reference; chromium loads the `reports html` page headless). Installed
+# only as root and only when missing; elsewhere
 # the tests that need them skip with the reason.
 # slurm-wlm and munge give the launcher tests a one-node Slurm cluster (tests/simslurm.py);
 # libpmix-dev holds the unversioned libpmix.so that Slurm's mpi/pmix plugin opens, without which
@@ -50,6 +51,12 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 
 test: $(STAMP) system-deps mpich
 	$(PY) -m pytest -q tests
+
+# Every bench, one table of figures against references measured in the same run (fio on the same
+# directory, a bare interpreter, bare pymilvus, DLIO's own time); fails when a figure misses its
+# goal. BENCH_ARGS=--full adds the 100,000-leaf validate; --only NAME... picks benches.
+bench: $(STAMP) system-deps
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 # A small end-to-end demo in build/demo: a fresh results tree; a CLOSED training datasize;
 # a tiny OPEN unet3d datagen + run through DLIO under mpirun (a few MiB, sizes overridden, so
