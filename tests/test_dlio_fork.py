@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import all_leaves
+from conftest import all_leaves, assert_no_secret
 from mlpstorage_py.benchmarks import dlio, dlio_checkpointing, dlio_engine, workloads
 from mlpstorage_py.errors import NotAvailable, UsageError
 
@@ -213,3 +213,21 @@ def test_training_and_an_engine_dlio_checkpoint_run_through_the_fork(cli, result
     text = checked.out + checked.err
     assert "EDN-03" in text and stamp["commit"] in text  # the fork's commit is judged, not n/a
     assert not re.search(rf"2\.1\.(25|26).*{leaf.name}", text) and not re.search(rf"2\.1\.(14|15).*{run_leaf.name}", text)
+
+
+@pytest.mark.heavy
+@needs_fork
+def test_object_training_runs_on_the_forks_own_s3dlio_path(cli, results, s3_endpoint):
+    data = f"s3://{s3_endpoint.bucket()}/data"
+    fork = ["--dlio-bin-path", FORK_BIN]
+    gen = cli("open", "training", "unet3d", "datagen", "object", "-np", "2", "-dd", data, "-sn", "s", "-rd", results,
+              "-aip", "--params", "dataset.num_files_train=4", *SMALL, *fork)
+    assert gen.rc == 0, gen.err
+    run = cli("open", "training", "unet3d", "run", "object", "-at", "b200", "-na", "2", "-cm", "1", "-dd", data,
+              "-sn", "s", "-rd", results, "-aip", "--params", *SMALL, *fork)
+    assert run.rc == 0, run.err
+    (leaf,) = [p for p in all_leaves(results) if p.parent.name == "run"]
+    workload = json.loads(next(leaf.glob("training_*_metadata.json")).read_text())["engine_parameters"]["workload"]
+    assert workload["storage"] == {"storage_type": "s3", "storage_root": data.split("/")[2], "storage_library": "s3dlio"}
+    assert "reader_classname" not in workload["reader"]  # no plug-in of ours
+    assert_no_secret(results)
