@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 from typing import Any, Callable
 
@@ -16,6 +17,12 @@ MODES = {
 # Flags that exist only outside CLOSED; used to explain an argparse rejection in closed.
 OPEN_ONLY_FLAGS: set[str] = set()
 HOST_PATTERN = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,4})?$")
+
+
+# argparse passes its group titles through gettext for every parser it makes, and each call
+# searches the locale directories on disk again: ~40 % of building the tree at each start-up.
+# The messages do not change while the process runs, so one lookup per message is enough.
+argparse._ = functools.cache(argparse._)  # type: ignore[attr-defined]
 
 
 class Parser(argparse.ArgumentParser):

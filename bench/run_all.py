@@ -1,0 +1,158 @@
+"""Every bench in one run, one table: each figure with the reference measured in the same run,
+its goal, and whether it holds. Exit status 1 when any figure misses its goal (or a bench fails),
+so a regression is seen at a glance. `make bench` runs this.
+
+    .venv/bin/python bench/run_all.py [--only NAME ...] [--full]
+
+--full adds the 100,000-leaf validate run (about 1.3 million files under /dev/shm). Each bench
+prints its own detail above the table; the figures are read from its output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+BENCH = Path(__file__).resolve().parent
+# ratios: the floor a figure must reach; seconds: the ceiling it must stay under.
+AT_LEAST, AT_MOST = ">=", "<="
+
+
+@dataclass
+class Row:
+    bench: str
+    measure: str
+    ours: float
+    reference: float | None
+    figure: float
+    sense: str
+    goal: float
+    unit: str
+
+    @property
+    def ok(self) -> bool:
+        return self.figure >= self.goal if self.sense == AT_LEAST else self.figure <= self.goal
+
+
+def number(pattern: str, text: str) -> float:
+    found = re.findall(pattern, text, re.MULTILINE)
+    if not found:
+        raise ValueError(f"no match for {pattern!r} in the bench output")
+    return float(found[-1])
+
+
+def cli_rows(out: str, _: Path) -> list[Row]:
+    data = json.loads(re.findall(r"^BENCH (.*)$", out, re.MULTILINE)[-1])
+    med = data["medians_s"]
+    return [Row("cli_startup", f"mlpstorage {name} / python -c pass", med[name] * 1000, med["bare"] * 1000,
+                data["ratios"][name], AT_MOST, 3.0, "ms") for name in ("help", "version")]
+
+
+def checkpoint_rows(_: str, scratch: Path) -> list[Row]:
+    data = json.loads((scratch / "checkpoint.json").read_text(encoding="utf-8"))
+    med, ratios = data["medians"], data["ratios"]
+    return [Row("checkpoint_vs_fio", f"{phase} / fio {ref}", med[f"ours_{phase}"], med[f"{ref}_{phase}"],
+                ratios[f"{phase}_vs_{ref}"], AT_LEAST, 0.9, "GiB/s")
+            for phase in ("write", "read") for ref in ("twin", "plain")]
+
+
+def validate_rows(leaves: int) -> Callable[[str, Path], list[Row]]:
+    def rows(out: str, _: Path) -> list[Row]:
+        took = number(r"validate ([0-9.]+) s", out)
+        walk = number(r"os\.walk of the same tree: ([0-9.]+) s", out)
+        return [Row("validate_speed", f"validate {leaves:,} leaves (ref: os.walk)", took, walk, took, AT_MOST,
+                    3.0 * leaves / 10_000, "s")]
+    return rows
+
+
+def training_rows(out: str, _: Path) -> list[Row]:
+    runs = re.findall(r"mlpstorage run ([0-9.]+) s, DLIO child ([0-9.]+) s, overhead ([0-9.-]+) s", out)
+    if not runs:
+        raise ValueError("no run line in the bench output")
+    walls, childs, overheads = zip(*((float(a), float(b), float(c)) for a, b, c in runs))
+    middle = sorted(range(len(runs)), key=lambda i: overheads[i])[len(runs) // 2]
+    return [Row("training_overhead", "wall - DLIO's own (tiny run)", walls[middle], childs[middle],
+                overheads[middle], AT_MOST, 1.0, "s")]
+
+
+def vectordb_rows(out: str, _: Path) -> list[Row]:
+    ours = re.findall(r"queries/s ours\s+([0-9,.]+)\s+direct\s+([0-9,.]+)", out)
+    ratio = number(r"median ratio ours/direct ([0-9.]+)", out)
+    qps = sorted((float(a.replace(",", "")), float(b.replace(",", ""))) for a, b in ours)[len(ours) // 2]
+    return [Row("vectordb_overhead", "QPS / bare pymilvus", qps[0], qps[1], ratio, AT_LEAST, 0.98, "q/s")]
+
+
+def kvcache_rows(out: str, _: Path) -> list[Row]:
+    rows = []
+    for phase in ("write", "read"):
+        ours, fio, ratio = (float(x) for x in re.findall(rf"^{phase}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", out,
+                                                         re.MULTILINE)[-1])
+        rows.append(Row("kvcache_vs_fio", f"{phase} / fio", ours, fio, ratio, AT_LEAST, 0.7, "GiB/s"))
+    return rows
+
+
+def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[str, Path], list[Row]]]]:
+    listed = [
+        ("cli_startup", ["cli_startup.py", "--rounds", "15"], cli_rows),
+        ("checkpoint_vs_fio", ["checkpoint_vs_fio.py", "--rounds", "5", "--json", str(scratch / "checkpoint.json")],
+         checkpoint_rows),
+        ("validate_speed", ["validate_speed.py", "--leaves", "10000"], validate_rows(10_000)),
+        ("training_overhead", ["training_overhead.py", "--runs", "3"], training_rows),
+        ("vectordb_overhead", ["vectordb_overhead.py"], vectordb_rows),
+        ("kvcache_vs_fio", ["kvcache_vs_fio.py"], kvcache_rows),
+    ]
+    if full:
+        listed.insert(3, ("validate_speed", ["validate_speed.py", "--leaves", "100000"], validate_rows(100_000)))
+    return listed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these benches (file names without .py)")
+    parser.add_argument("--full", action="store_true", help="also validate 100,000 leaves")
+    opts = parser.parse_args()
+    rows: list[Row] = []
+    failed: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        scratch = Path(tmp)
+        for name, argv, read in benches(scratch, opts.full):
+            if opts.only and name not in opts.only:
+                continue
+            print(f"== {name}: {' '.join(argv)}  (load average {os.getloadavg()[0]:.2f})", flush=True)
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, str(BENCH / argv[0]), *argv[1:]], capture_output=True, text=True)
+            print(proc.stdout.rstrip())
+            if proc.returncode != 0:
+                print(proc.stderr.rstrip()[-2000:])
+                failed.append(f"{name} (exit {proc.returncode})")
+                continue
+            try:
+                rows += read(proc.stdout, scratch)
+            except (ValueError, IndexError, KeyError, OSError) as exc:
+                failed.append(f"{name} (unreadable output: {exc})")
+            print(f"   ({time.perf_counter() - start:.0f} s)", flush=True)
+    print()
+    print(f"{'bench':18} {'measure':40} {'ours':>10} {'reference':>10} {'figure':>8}  {'goal':>8}  ok")
+    for r in rows:
+        ref = f"{r.reference:10.3f}" if r.reference is not None else f"{'':10}"
+        print(f"{r.bench:18} {r.measure:40} {r.ours:10.3f} {ref} {r.figure:8.3f}  {r.sense}{r.goal:<6g}  "
+              f"{'yes' if r.ok else 'NO'}   ({r.unit})")
+    for name in failed:
+        print(f"FAILED: {name}")
+    misses = [r for r in rows if not r.ok]
+    print(f"{len(rows) - len(misses)}/{len(rows)} figures meet their goals; load average now "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 1 if misses or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
