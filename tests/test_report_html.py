@@ -350,3 +350,13 @@ def test_without_matplotlib_one_line_and_nothing_written(tmp_path, cli, monkeypa
     result = cli("reports", "html", "--results-dir", root, "-o", tmp_path / "page.html")
     assert result.rc == 1 and result.err_lines == [result.err_lines[0]] and "pip install matplotlib" in result.err
     assert not (tmp_path / "page.html").exists()
+
+
+def test_a_broken_results_json_is_named_not_fatal(tmp_path, mpl_cache):
+    from mlpstorage_py.report import html
+
+    with synthetic_families.registered():
+        root = synthetic.copy_package(tmp_path / "pkg", families=("checkpointing",))
+    (root / "closed/Acme/results/sys1/checkpointing/llama3-8b/results.json").write_text("{not json", encoding="utf-8")
+    page, counts = html.build(root)
+    assert "results.json is unreadable" in page and counts["charts"] == 2

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.files import UNREADABLE
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
@@ -115,8 +116,8 @@ def _table_part(runs: list[Leaf]) -> tuple[str, dict[str, Any] | None]:
     if table is None:
         return ('<p class="note">no results.json: run <code>mlpstorage reports reportgen</code> to compute the '
                 "figures</p>"), None
-    if "__unreadable__" in table:
-        return f'<p class="note">results.json is unreadable: {escape(str(table["__unreadable__"]))}</p>', None
+    if UNREADABLE in table:
+        return f'<p class="note">results.json is unreadable: {escape(str(table[UNREADABLE]))}</p>', None
     parts = []
     found = table.get("figures")
     if isinstance(found, dict):
