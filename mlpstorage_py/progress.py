@@ -166,13 +166,19 @@ class LogMarks:
 
 
 def summary(title: str, rows: list[tuple[str, str]], *, stream: TextIO | None = None, console: Any = None) -> None:
-    """A run's closing table (two columns) on stderr: a rich table, plain text where not a terminal."""
+    """A run's closing table (two columns) on stderr: a rich table on a terminal, aligned plain
+    lines elsewhere (nothing cut short, nothing to strip from a CI log)."""
+    console = console or _console(stream or sys.stderr)
+    if not console.is_terminal:
+        width = max(len(key) for key, _ in rows)
+        console.file.write("\n".join([title] + [f"  {key:<{width}}  {value}" for key, value in rows]) + "\n")
+        return
     from rich import box
     from rich.table import Table
 
     table = Table(title=title, box=box.SIMPLE, show_header=False, title_justify="left")
     table.add_column(style="bold")
-    table.add_column()
+    table.add_column(overflow="fold")
     for key, value in rows:
         table.add_row(key, value)
-    (console or _console(stream or sys.stderr)).print(table)
+    console.print(table)
