@@ -296,6 +296,7 @@ def test_published_packages(realdata_copy, tmp_path, mpl_cache):
     kv = found[f"{NEWFW}/kv_cache/llama3.1-8b"]
     assert [round(v, 2) for v in series(kv, "kv-bandwidth")["Read GiB/s"]] == [7.98, 1.79, 7.41]
     assert "per-trial results absent" in kv.text
+    assert [round(v) for v in series(kv, "kv-p95")["End-to-end P95 ms"]] == [63368, 15143, 116385]  # summary.json
 
 
 def test_where_the_page_may_go(tmp_path, cli, mpl_cache, monkeypatch):

@@ -26,7 +26,8 @@ CHECKPOINT_KEY = re.compile(r"^(save|load)_ckpt(\d+)$")
 KV_BANDWIDTH = {"Read GiB/s": ("read_bandwidth_gbps", "aggregated_read_bandwidth_gbps"),
                 "Write GiB/s": ("write_bandwidth_gbps", "aggregated_write_bandwidth_gbps")}
 KV_P95 = {"Device read P95 ms": ("device_read_p95_ms", "aggregated_device_read_p95_ms"),
-          "Device write P95 ms": ("device_write_p95_ms", "aggregated_device_write_p95_ms")}
+          "Device write P95 ms": ("device_write_p95_ms", "aggregated_device_write_p95_ms"),
+          "End-to-end P95 ms": ("p95_latency_ms", "aggregated_p95_latency_ms")}
 KV_OPTIONS = ("1", "2", "3")
 
 
@@ -156,7 +157,7 @@ def kv_cache(leaves: list[Leaf]) -> list[Chart]:
     charts = []
     for key, fields, title, ylabel in (("kv-bandwidth", KV_BANDWIDTH, "KV cache storage bandwidth per Option and trial",
                                         "GiB/s"),
-                                       ("kv-p95", KV_P95, "KV cache device P95 latency per Option and trial", "ms")):
+                                       ("kv-p95", KV_P95, "KV cache P95 latency per Option and trial", "ms")):
         series = {label: [_number(r.get(trial if kind == "trial" else option)) for r, kind in zip(records, kinds)]
                   for label, (trial, option) in fields.items()}
         series = {label: values for label, values in series.items() if any(v is not None for v in values)}
