@@ -25,11 +25,9 @@ BENCHMARKS = {
 }
 # Benchmarks whose data can live in an S3 bucket (the `object` storage positional, via s3dlio).
 OBJECT_BENCHMARKS = ("training", "checkpointing")
-# Settings that fall back to an environment variable when the flag is absent.
+# Settings that fall back to an environment variable only (the per-user defaults, with their
+# variables and the user config, are mlpstorage_py/results/user_config.py KEYS).
 ENV_FALLBACKS = {
-    "systemname": "MLPSTORAGE_SYSTEMNAME",
-    "data_dir": "MLPSTORAGE_DATA_DIR",
-    "checkpoint_folder": "MLPSTORAGE_CHECKPOINT_FOLDER",
     "dlio_bin_path": "MLPSTORAGE_DLIO_BIN_PATH",
 }
 

@@ -102,6 +102,18 @@ def run(bench: Benchmark) -> int:
         if failure:
             log.error(f"{req.benchmark} {req.command} failed (exit {status}): {failure}; leaf {leaf}")
         detach(handlers)
+        _summary(bench, plan, leaf, metadata, status)
+
+
+def _summary(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, Any], status: int) -> None:
+    """The run's closing table on stderr (after the leaf's log is detached: never in a result file)."""
+    from mlpstorage_py import progress
+
+    req = bench.request
+    rows = [("status", "ok" if status == 0 else f"failed (exit {status})"), ("leaf", str(leaf)),
+            ("duration", f"{metadata.get('runtime', 0):.1f} s"), ("processes", str(plan.num_processes or "-")),
+            ("client hosts", str(metadata.get("num_client_hosts", "-")))]
+    progress.summary(f"{req.mode} {req.benchmark} {req.model} {req.command}", rows)
 
 
 def _survey_hosts(bench: Benchmark, plan: Plan, metadata: dict[str, Any], results_dir: Path) -> None:
