@@ -116,3 +116,17 @@ def test_status_of_the_published_packages(cli, realdata_copy):
     assert all(any(p.startswith("2.1.7") for p in r["paperwork"]) for r in rows.values())
     datagen = [leaf for leaf in rows[("NewFW", "training")]["leaves"] if leaf["phase"] == "datagen"]
     assert [leaf["state"] for leaf in datagen] == ["incomplete"]  # configs only: no metadata, no summary
+
+
+def test_a_real_leaf_of_the_lifecycle_is_ok(cli, results):
+    """A leaf written by the tool itself (the smallest CLOSED command): its metadata's exit_status 0 says ok."""
+    from conftest import DATASIZE
+
+    assert cli(*DATASIZE, "-sn", "sys1").rc == 0
+    result = cli("status", "--json")
+    [row] = json.loads(result.out)["results"]
+    assert (row["organization"], row["system"], row["benchmark"], row["model"]) == ("Org", "sys1", "training", "unet3d")
+    assert [(leaf["phase"], leaf["state"], leaf["detail"]) for leaf in row["leaves"]] == [("datasize", "ok", "exit 0")]
+    assert (row["runs_present"], row["runs_required"], row["verdict"]) == (0, 6, "short")
+    listed = json.loads(cli("runs", "list", "--json").out)
+    assert [e["code_image"] for e in listed] == [f"code-{p.name[5:]}" for p in (results / "code-images").glob("code-*")]

@@ -82,8 +82,11 @@ def test_the_same_tree_gives_the_same_bytes(fresh, tmp_path):
         submit.write_tarball(tmp_path / "a.tar.gz", "Acme-3.0-x", files, dirs)
 
 
-def test_links_sockets_and_private_files_are_left_out(fresh, monkeypatch):
+def test_links_sockets_and_private_files_are_left_out(fresh, monkeypatch, tmp_path):
     root = fresh()
+    [image] = [p for p in (root / "code-images").iterdir() if p.is_dir()]
+    shutil.move(image, tmp_path / image.name)
+    image.symlink_to(tmp_path / image.name)  # a pool entry leading out of the package is never entered
     leaf = leaves_of(workload(root, "training") / "run")[0]
     (leaf / "elsewhere").symlink_to("/etc/passwd")
     os.mkfifo(leaf / "fifo")
@@ -96,8 +99,8 @@ def test_links_sockets_and_private_files_are_left_out(fresh, monkeypatch):
     finally:
         sock.close()
     names = {rel for rel, _, _ in files}
-    assert not [n for n in names if n.endswith(("elsewhere", "s.sock", "fifo")) or "/.mlps/" in n]
-    assert len(skipped) == 4
+    assert not [n for n in names if n.endswith(("elsewhere", "s.sock", "fifo")) or "/.mlps/" in n or "/code-" in n]
+    assert len(skipped) == 5 and f"code-images/{image.name}" in dict(skipped)
     assert {why for _, why in skipped} == {"symbolic link", "special file (socket, FIFO or device)", "the tool's private directory"}
 
 

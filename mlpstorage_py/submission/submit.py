@@ -85,12 +85,18 @@ def select(pkg: Package, org: str) -> tuple[list[FileEntry], list[str], list[tup
     images = {path for leaf in pkg.leaves if leaf.org == org for path in [image_of(pkg, leaf)[1]] if path is not None}
     for pool in sorted({image.parent for image in images}):
         rel = pool.relative_to(pkg.root).as_posix()
+        if pool.is_symlink():
+            skipped.append((rel, "symbolic link"))
+            continue
         dirs.append(rel)
         for entry in sorted(pool.iterdir()):
             if entry.is_file() and not entry.is_symlink():
                 files.append((f"{rel}/{entry.name}", entry, entry.lstat().st_size))
         for image in sorted(i for i in images if i.parent == pool):
-            _walk(image, f"{rel}/{image.name}", files, skipped, dirs)
+            if image.is_symlink():
+                skipped.append((f"{rel}/{image.name}", "symbolic link"))
+            else:
+                _walk(image, f"{rel}/{image.name}", files, skipped, dirs)
     return sorted(files), sorted(set(dirs)), sorted(skipped)
 
 
