@@ -131,8 +131,11 @@ def test_bad_choices_are_refused(cli, fresh):
     shutil.copytree(root / "closed/Acme", root / "closed/Other")
     assert "pass --org" in cli("submit", root, "--dry-run").err
     assert cli("submit", root, "--org", "Nobody", "--dry-run").rc == 2
-    result = cli("submit", root, "--org", "Acme", "--output", root / "closed/Acme/pkg")
-    assert result.rc in (1, 2)  # refused either way: Other is a copy of Acme (INVALID), or the output is in the package
+    shutil.rmtree(root / "closed/Other")
+    for inside in (root / "closed/Acme/pkg", root / "packages", root):
+        result = cli("submit", root, "--output", inside)
+        assert result.rc == 2 and "is inside the package" in result.err
+    assert not (root / "packages").exists() and not (root / ".mlps/submissions").exists()
 
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")

@@ -80,6 +80,14 @@ def _older_than(text: str) -> datetime:
     return datetime.now() - timedelta(**{UNITS[match.group(2)]: int(match.group(1))})
 
 
+def _before(name: str, cutoff: datetime) -> bool:
+    """Whether a leaf's timestamp is before cutoff; a name that is no real date is never old."""
+    try:
+        return datetime.strptime(name, DATETIME_FORMAT) < cutoff
+    except ValueError:
+        return False
+
+
 def select(pkg: Package, args: dict[str, Any]) -> list[Leaf]:
     """The leaves rm acts on: those named, else those every given filter selects."""
     ids, status, age, keep = args.get("ids") or [], args.get("status"), args.get("older_than"), args.get("keep_last")
@@ -99,7 +107,7 @@ def select(pkg: Package, args: dict[str, Any]) -> list[Leaf]:
         leaf = e["_leaf"]
         if status and e["state"] != status:
             continue
-        if cutoff and datetime.strptime(leaf.path.name, DATETIME_FORMAT) >= cutoff:
+        if cutoff and not _before(leaf.path.name, cutoff):
             continue
         if keep and leaf.path.name in sorted(newest[leaf.path.parent])[-keep:]:
             continue

@@ -165,10 +165,10 @@ def _org(root: Path, given: str | None) -> str:
 
 def _output_dir(root: Path, given: str | None) -> Path:
     out = Path(given).expanduser().resolve() if given else root / DEFAULT_OUTPUT
-    for division in ("closed", "open"):
-        if out == root / division or (root / division) in out.parents:
-            raise UsageError(f"--output {out} is inside the package; choose a directory outside {root}/{division}")
-    out.mkdir(parents=True, exist_ok=True)
+    private = root / PRIVATE_DIR
+    if (out == root or root in out.parents) and not (out == private or private in out.parents):
+        raise UsageError(f"--output {out} is inside the package (it would become part of it); "
+                         f"choose a directory outside {root}, or below {private}")
     return out
 
 
@@ -211,9 +211,9 @@ def _dry_run(root: Path, org: str, out: Path) -> int:
 def command(args: dict[str, Any], argv: list[str]) -> int:
     root = tree_root(args)
     org = _org(root, args.get("org"))
+    out = _output_dir(root, args.get("output"))
     if args.get("dry_run"):
-        given = args.get("output")
-        return _dry_run(root, org, Path(given).expanduser().resolve() if given else root / DEFAULT_OUTPUT)
+        return _dry_run(root, org, out)
     from mlpstorage_py.report import reportgen
 
     reportgen.generate(root)
@@ -227,7 +227,7 @@ def command(args: dict[str, Any], argv: list[str]) -> int:
     if blocking:
         raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s) above; fix them "
                             "(`mlpstorage status`, `mlpstorage validate`) and submit again")
-    out = _output_dir(root, args.get("output"))
+    out.mkdir(parents=True, exist_ok=True)
     files, dirs, skipped = select(pkg, org)
     name, target = _claim(out, org)
     try:
