@@ -42,6 +42,8 @@ def plan_phases(req_args: dict[str, Any], model: str, storage: str, plan: Plan) 
     if storage == "object":
         raise UsageError("--engine dlio runs file storage only: the fork's object checkpointing needs the reference "
                          "tool's mlpstorage_py.checkpointing module, which this tool does not provide")
+    if req_args.get("o_direct"):
+        raise UsageError("--o-direct is our engine's; the fork chooses O_DIRECT through storage.storage_type direct_fs")
     runner = dlio_engine.detect(req_args.get("dlio_bin_path"))
     if not runner.table.get("checkpoint_workflow"):
         raise NotAvailable(f"DLIO {runner.version} has no checkpoint-only workflow; --engine dlio needs the working "
