@@ -18,7 +18,12 @@ Figures = dict[str, Any]
 
 def _metric(leaf: Leaf) -> dict[str, Any]:
     summary = leaf.summary or {}
-    return summary.get("metric") or {} if "__unreadable__" not in summary else {}
+    metric = summary.get("metric") if "__unreadable__" not in summary else None
+    return metric if isinstance(metric, dict) else {}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _mean_of(leaves: list[Leaf], key: str) -> float | None:
@@ -44,8 +49,8 @@ def training(runs: list[Leaf]) -> tuple[Figures, list[str]]:
                     if k.startswith("train_") and isinstance(v, list)})
     for name in names:
         per_run = [_metric(leaf).get(f"train_{name}") for leaf in measured]
-        if any(not isinstance(v, list) or not v for v in per_run):
-            issues.append(f"metric train_{name} is empty in a measured run; cannot aggregate")
+        if any(not isinstance(v, list) or not v or not all(_number(x) for x in v) for v in per_run):
+            issues.append(f"metric train_{name} is empty (or not a list of numbers) in a measured run; cannot aggregate")
             figures[f"train_mean_of_{name}"] = None
             continue
         figures[f"train_mean_of_{name}"] = statistics.fmean(statistics.fmean(v) for v in per_run)
@@ -61,7 +66,7 @@ def _count(leaf: Leaf, key: str) -> int:
         value = ((meta.get("parameters") or {}).get("checkpoint") or {}).get(key)
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py.checker.files import UNREADABLE
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import leaf_class
 from mlpstorage_py.errors import ConfigurationError
@@ -21,12 +22,21 @@ PUBLIC_IDS = "public_ids.json"
 
 
 def _group(pkg: Package) -> dict[tuple[str, str, Path], list[Leaf]]:
-    """Run leaves per result: (division, org, workload directory) -> leaves."""
+    """Run leaves per result: (division, org, workload directory) -> leaves that finished."""
     results: dict[tuple[str, str, Path], list[Leaf]] = defaultdict(list)
     for leaf in pkg.leaves:
-        if leaf.command == "run":
+        if leaf.command == "run" and _finished(leaf):
             results[(leaf.division, leaf.org, leaf.workload_dir)].append(leaf)
     return results
+
+
+def _finished(leaf: Leaf) -> bool:
+    """A failed run (its metadata records a non-zero exit) or one killed before it wrote its
+    metadata and summary counts in no result; a published package may lack the metadata only."""
+    meta = leaf.metadata
+    if isinstance(meta, dict) and UNREADABLE not in meta:
+        return meta.get("exit_status", 0) in (0, None)
+    return leaf.summary is not None
 
 
 def _edition_and_class(leaves: list[Leaf], declared: str) -> tuple[str, str | None]:
