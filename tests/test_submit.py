@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import tarfile
+from datetime import timedelta
 
 import pytest
 
@@ -16,7 +17,7 @@ from mlpstorage_py import checker
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.submission import submit
-from synthetic import fresh, leaves_of, workload  # noqa: F401
+from synthetic import duplicate_leaf, edit_json, fresh, leaves_of, metadata_file, workload  # noqa: F401
 
 
 def packages(out):
@@ -136,6 +137,22 @@ def test_bad_choices_are_refused(cli, fresh):
         result = cli("submit", root, "--output", inside)
         assert result.rc == 2 and "is inside the package" in result.err
     assert not (root / "packages").exists() and not (root / ".mlps/submissions").exists()
+
+
+def test_a_failed_leaf_is_never_shipped_even_where_the_counts_allow_it(cli, fresh):
+    """One combined checkpointing leaf is a whole result (2.1.23 allows one or two): a failed
+    second invocation beside it breaks no count, yet submit refuses to ship it."""
+    root = fresh(checkpoint_invocations=1)
+    [combined] = leaves_of(workload(root, "checkpointing"))
+    failed = duplicate_leaf(combined, timedelta(minutes=2))
+    edit_json(metadata_file(failed), lambda m: m.update(exit_status=8, failure="interrupted"))
+    for name in ("summary.json", "0_per_epoch_stats.json", "0_output.json"):
+        (failed / name).unlink()
+    result = cli("submit", root)
+    assert result.rc == 1
+    assert f"FAILED leaf {failed.relative_to(root).as_posix()}: exit 8: interrupted (`mlpstorage runs rm --status failed`)" \
+        in result.err_lines
+    assert not (root / ".mlps" / "submissions").exists()
 
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")

@@ -34,7 +34,7 @@ from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
-from mlpstorage_py.submission.leaves import human, image_of, tree_root
+from mlpstorage_py.submission.leaves import FAILED, INCOMPLETE, human, image_of, leaf_id, results, tree_root
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"
@@ -224,9 +224,15 @@ def command(args: dict[str, Any], argv: list[str]) -> int:
     for f in blocking:
         where = os.path.relpath(f.path, root) if f.path.startswith(str(root)) else f.path
         print(f"INVALID {f.rule} {f.name}: {where}: {f.message}", file=sys.stderr)
-    if blocking:
-        raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s) above; fix them "
-                            "(`mlpstorage status`, `mlpstorage validate`) and submit again")
+    # a failed or killed run is no part of a result, whatever the rules' counts say: never ship one
+    unfinished = [(leaf, state, why) for result in results(pkg) if result.org == org
+                  for leaf, state, why in result.leaves if state in (FAILED, INCOMPLETE)]
+    for leaf, state, why in unfinished:
+        print(f"{state.upper()} leaf {leaf_id(pkg, leaf)}: {why} (`mlpstorage runs rm --status {state}`)", file=sys.stderr)
+    if blocking or unfinished:
+        raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s) and {len(unfinished)} failed or "
+                            "incomplete leaf/leaves above; fix them (`mlpstorage status`, `mlpstorage validate`) and "
+                            "submit again")
     out.mkdir(parents=True, exist_ok=True)
     files, dirs, skipped = select(pkg, org)
     name, target = _claim(out, org)
