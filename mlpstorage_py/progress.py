@@ -52,7 +52,7 @@ class Progress:
 
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn(unit), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                            console=console, transient=False)
+                            console=console, transient=False, refresh_per_second=4)  # light: ranks share the cores
             self._task = self._bar.add_task(label, total=total)
             self._bar.start()
 
