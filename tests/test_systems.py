@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import DATASIZE, workload_leaves
@@ -118,3 +119,15 @@ def test_nics_from_sysfs(tmp_path):
     groups = networking(found)
     assert [(g["type"], g["speed"], g["unit_count"]) for g in groups] == [("ethernet", 100, 2), ("infiniband", 200, 1)]
     assert isinstance(hostinfo.nics(), list)  # this machine's, whatever it has
+
+
+def test_published_leaves_have_no_host_survey(cli, tmp_path):
+    """Published v3.0 leaves (another tool's) record no client_hosts: describe refuses, writing nothing."""
+    from conftest import REALDATA
+
+    if not REALDATA.is_dir():
+        pytest.skip("no ../shared/realdata")
+    before = sorted(p.name for p in (REALDATA / "closed" / "XSKY" / "systems").iterdir())
+    res = cli("systems", "describe", "XSKY_AIMesh_3StorageNode_1Client", "-rd", REALDATA)
+    assert res.rc == 3 and "recorded its client hosts" in res.err
+    assert sorted(p.name for p in (REALDATA / "closed" / "XSKY" / "systems").iterdir()) == before
