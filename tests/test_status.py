@@ -63,6 +63,9 @@ def test_a_killed_run_is_incomplete_and_never_counted(cli, fresh):
     row = status(cli, root)[("training", "unet3d")]
     assert (killed.name, "incomplete") in states(row) and (running.name, "incomplete") in states(row)
     assert row["runs_present"] == 5 and row["verdict"] == "short"
+    assert cli("reports", "reportgen", "--results-dir", root).rc == 0  # the figures count them no more than status
+    counted = json.loads((runs / "results.json").read_text())["runs"]
+    assert killed.name not in counted and running.name not in counted and len(counted) == 5
 
 
 def test_ok_runs_beyond_the_count_are_extra(cli, fresh):

@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.checker.files import UNREADABLE
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import leaf_class
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, manifest, table
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
+from mlpstorage_py.submission.leaves import FAILED, INCOMPLETE, state
 
 PUBLIC_IDS = "public_ids.json"
 
@@ -31,12 +31,9 @@ def _group(pkg: Package) -> dict[tuple[str, str, Path], list[Leaf]]:
 
 
 def _finished(leaf: Leaf) -> bool:
-    """A failed run (its metadata records a non-zero exit) or one killed before it wrote its
-    metadata and summary counts in no result; a published package may lack the metadata only."""
-    meta = leaf.metadata
-    if isinstance(meta, dict) and UNREADABLE not in meta:
-        return meta.get("exit_status", 0) in (0, None)
-    return leaf.summary is not None
+    """A failed run, or one killed before it wrote its end record, counts in no result: the
+    leaf's state as status, runs and submit read it (a published package may lack the metadata only)."""
+    return state(leaf)[0] not in (FAILED, INCOMPLETE)
 
 
 def _edition_and_class(leaves: list[Leaf], declared: str) -> tuple[str, str | None]:
