@@ -1,34 +1,40 @@
-"""kv-cache.py's storage tier vs fio: same directory, same object size, same concurrency, measured
-in the same run. Prints GiB/s of both, the ratios kv-cache.py/fio (target >= 0.7), and the
-simulator's CPU time per request.
+"""kv-cache.py's storage tier vs fio doing the same work on the same directory, measured in the
+same run. Prints GiB/s of both, the ratios kv-cache.py/fio (target >= 0.7), and the simulator's
+CPU time per request.
 
     .venv/bin/python bench/kvcache_vs_fio.py [--dir DIR] [--object-mib 16] [--workers 4] [--duration 8]
 
-kv-cache.py runs twice with one fixed request shape (a single template whose KV object is
---object-mib MiB, no think time, no prefix/multi-turn reuse, no memory tiers):
-  write: --prefill-only, every request np.save + fsync's one new object;
-  read:  --decode-only, the users' objects are written first (untimed), then every request
-         drops one object from the page cache (POSIX_FADV_DONTNEED) and np.load's it.
-Bandwidth is kv-cache.py's own tier_storage_{write,read}_bandwidth_gbps (bytes / elapsed).
-fio: --workers jobs, buffered psync I/O in --fio-bs blocks (1 MiB), one file per object:
-  write: each job writes its files sequentially with an fsync at each file's close;
-  read:  the page cache is dropped, then one file per kv-cache.py user (the same working set) is
-         read round and round for --duration seconds, fio's invalidate=1 dropping each file's
-         cached pages at every open (kv-cache.py drops each object before np.load).
-Rate = all bytes / the slowest job's runtime.
+kv-cache.py runs twice with one request template whose context budget is --object-mib MiB of
+KV (tiny-1b), so every entry is uniform(budget/4, budget) as the reference draws it, no think
+time, no prefix/multi-turn reuse, no memory tiers:
+  write: --prefill-only, every request writes one new .npy entry in --chunk-kib chunks + fsync,
+         --workers writes in flight (--max-concurrent-allocs);
+  read:  --decode-only, one entry per user written first (untimed), then every request drops
+         its entry from the page cache (POSIX_FADV_DONTNEED) and reads it twice; reads are not
+         bounded by the allocation semaphore, so min(users, 500) reads are in flight.
+The entries kv-cache.py actually wrote (its --request-trace) give fio its objects: one fio job
+per entry, of that entry's size (header included, rounded to the nearest block: fio writes whole
+blocks), chained into lanes (wait_for) so exactly as many are in flight as kv-cache.py had. fio
+does the same shape of I/O: fresh files created on open (no preallocation, as kv-cache.py's are
+not), buffered psync in --chunk-kib blocks (kv-cache.py's chunk), an fsync at each file's close,
+--workers lanes for writes, each file's pages evicted after its fsync; for reads, one object per user re-read until as many bytes moved as
+kv-cache.py read, as many lanes as kv-cache.py's workers, invalidate=1 dropping each file's
+cached pages at its open; the page cache is dropped before each phase of both tools. Bandwidth is
+kv-cache.py's own tier_storage_{write,read}_bandwidth_gbps (bytes / elapsed) and fio's bytes /
+its slowest job's runtime; both mean object sizes are printed so the ratio compares like with like.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import fmean
 
 import yaml
 
@@ -39,21 +45,28 @@ BYTES_PER_TOKEN = 12 * 4 * 128 * 2 * 2  # tiny-1b: layers x kv_heads x head_dim 
 GIB = 1 << 30
 
 
-def workload_config(tokens: int) -> dict:
+NPY_HEADER = 128  # bytes before the data in every entry file kv-cache.py writes
+
+
+def workload_config(tokens: int, chunk_kib: int) -> dict:
     fixed = {"context_tokens": [tokens, tokens], "generation_tokens": [1, 1], "think_time_s": [0, 0], "weight": 1}
     return {"user_templates": {"chatbot": fixed, "coding": {"weight": 0}, "document": {"weight": 0}},
-            "decode": {"batch_tokens": 1, "max_reads_per_request": 1}}
+            "engine": {"io_chunk_kib": chunk_kib}}
 
 
-def run_kv(root: Path, config: Path, phase: str, workers: int, users: int, duration: float) -> dict:
-    out = root / f"kv_{phase}.json"
+def run_kv(root: Path, config: Path, phase: str, workers: int, users: int, duration: float) -> tuple[dict, list[int]]:
+    """kv-cache.py's summary and the sizes (bytes, header included) of the entries it wrote."""
+    out, trace = root / f"kv_{phase}.json", root / f"kv_{phase}.jsonl"
     cmd = [sys.executable, str(KV_CACHE), "--model", MODEL, "--num-users", str(users), "--duration", str(duration),
            "--gpu-mem-gb", "0", "--cpu-mem-gb", "0", "--generation-mode", "none", "--seed", "1",
            "--max-concurrent-allocs", str(workers), "--disable-multi-turn", "--disable-prefix-caching",
            "--config", str(config), "--cache-dir", str(root / f"kv_{phase}"), "--storage-capacity-gb", "8",
-           "--output", str(out), "--log-level", "WARNING", f"--{phase}-only"]
+           "--output", str(out), "--log-level", "WARNING", f"--{phase}-only", "--request-trace", str(trace)]
+    drop_caches()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())["summary"]
+    sizes = [o["tokens"] * BYTES_PER_TOKEN + NPY_HEADER for line in trace.read_text().splitlines()
+             for o in json.loads(line)["ops"] if o["op"] == "write"]
+    return json.loads(out.read_text())["summary"], sizes
 
 
 def drop_caches() -> bool:
@@ -65,62 +78,98 @@ def drop_caches() -> bool:
         return False
 
 
-def run_fio(rw: str, directory: Path, workers: int, files_per_job: int, size: int, block: int,
-            runtime: float = 0) -> float:
-    """Writes: every file once, fsync at close. Reads: the first files_per_job files of each job
-    over and over for `runtime` seconds; fio reopens each file in turn and invalidate=1 drops
-    its cached pages at every open, as kv-cache.py drops each object before np.load."""
-    cmd = ["fio", "--output-format=json", "--ioengine=psync", "--direct=0", f"--rw={rw}", f"--bs={min(block, size)}",
-           f"--filesize={size}", f"--nrfiles={files_per_job}", "--file_service_type=sequential", "--openfiles=1",
-           f"--directory={directory}", f"--numjobs={workers}", "--group_reporting=0", "--name=kv"]
-    cmd += ["--fsync_on_close=1"] if rw == "write" else ["--invalidate=1", "--time_based", f"--runtime={runtime:g}"]
-    jobs = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["jobs"]
-    moved = sum(j[rw]["io_bytes"] for j in jobs)
-    files = workers * files_per_job
-    if rw == "write" and not files * (size - min(block, size)) < moved <= files * size:
-        raise RuntimeError(f"fio write moved {moved} bytes, expected about {files * size}")
-    if moved == 0:
-        raise RuntimeError(f"fio {rw} moved nothing")
-    return moved / GIB / (max(j[rw]["runtime"] for j in jobs) / 1000)
+def run_fio(rw: str, directory: Path, lanes: list[list[tuple[str, int]]], block: int) -> float:
+    """GiB/s of fio doing one file per job, exactly the given (name, bytes), len(lanes) jobs in
+    flight: each lane's jobs run one after another (wait_for), like one kv-cache.py writer or
+    reader taking entry after entry. Writes: a fresh file created on open, no preallocation,
+    buffered psync in `block` pieces, fsync at close, then its clean pages evicted (dd
+    iflag=nocache, as kv-cache.py's POSIX_FADV_DONTNEED after fsync; without it this machine
+    writes about 2x slower, the page cache filling with clean pages). Reads: invalidate=1 drops the file's
+    cached pages at open, as kv-cache.py drops each entry before reading it. Rate = all bytes /
+    the busiest lane's summed job runtimes (fio's start-up between chained jobs not counted)."""
+    lines = ["[global]", "ioengine=psync", "direct=0", f"rw={rw}", f"bs={block}", "bs_unaligned=1",
+             f"directory={directory}", "fallocate=none", "thread"]
+    lines += ["fsync_on_close=1", "create_on_open=1"] if rw == "write" else ["invalidate=1"]
+    lane_of: dict[str, int] = {}
+    for number, lane in enumerate(lanes):
+        previous = None
+        for job, (name, size) in enumerate(lane):
+            title = f"{rw}_{number}_{job}"
+            lines += [f"[{title}]", f"filename={name}", f"filesize={size}", f"size={size}"]
+            if rw == "write":  # kv-cache.py evicts each fsync'd file's clean pages: the same cache state
+                lines.append(f"exec_postrun=dd if={directory / name} iflag=nocache count=0 status=none")
+            if previous:
+                lines.append(f"wait_for={previous}")
+            lane_of[title] = number
+            previous = title
+    jobfile = directory / f"{rw}.fio"
+    jobfile.write_text("\n".join(lines) + "\n")
+    drop_caches()
+    result = directory / f"{rw}.json"  # not stdout: fio announces each exec_postrun there
+    # cwd: fio leaves each exec_postrun's output (<job>.postrun.txt) in its working directory
+    subprocess.run(["fio", "--output-format=json", f"--output={result}", str(jobfile)], check=True,
+                   capture_output=True, cwd=directory)
+    text = result.read_text()
+    report = json.loads(text[text.index("{"):])["jobs"]  # fio may print notes before the JSON
+    moved = sum(j[rw]["io_bytes"] for j in report)
+    expected = sum(size for lane in lanes for _, size in lane)
+    if moved != expected:
+        raise RuntimeError(f"fio {rw} moved {moved} bytes, expected {expected}")
+    busy = [0.0] * len(lanes)
+    for j in report:
+        busy[lane_of[j["jobname"]]] += j[rw]["runtime"] / 1000
+    return moved / GIB / max(busy)
+
+
+def deal(items: list[tuple[str, int]], lanes: int) -> list[list[tuple[str, int]]]:
+    return [items[i::lanes] for i in range(lanes) if items[i::lanes]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, help="where both write (default: a temp dir beside the checkout)")
-    parser.add_argument("--object-mib", type=float, default=16, help="KV object size in MiB (default 16)")
-    parser.add_argument("--workers", type=int, default=4, help="concurrent I/Os: kv-cache.py allocs = fio jobs (default 4)")
+    parser.add_argument("--object-mib", type=float, default=16, help="an entry's largest KV size in MiB (default 16)")
+    parser.add_argument("--workers", type=int, default=4, help="writes in flight: kv-cache.py allocs = fio write jobs (default 4)")
+    parser.add_argument("--users", type=int, default=8, help="kv-cache.py users = its workers = fio read jobs (default 8)")
     parser.add_argument("--duration", type=float, default=8, help="seconds of each kv-cache.py run (default 8)")
-    parser.add_argument("--fio-bs", type=int, default=1 << 20,
-                        help="fio block size in bytes (default 1 MiB; an object-sized block is slower on Linux reads)")
+    parser.add_argument("--chunk-kib", type=int, default=1024, help="kv-cache.py's I/O chunk = fio's block (default 1024)")
     opts = parser.parse_args()
     if not shutil.which("fio"):
         sys.exit("fio not found: apt-get update && apt-get install -y fio")
-    tokens = max(1, round(opts.object_mib * (1 << 20) / BYTES_PER_TOKEN))
-    payload = tokens * BYTES_PER_TOKEN
-    users = max(2 * opts.workers, 32)
+    tokens = max(4, round(opts.object_mib * (1 << 20) / BYTES_PER_TOKEN))
+    block = opts.chunk_kib << 10
     with tempfile.TemporaryDirectory(dir=opts.dir or REPO.parent, prefix="kvcache-vs-fio-") as tmp:
         root = Path(tmp)
         config = root / "bench.yaml"
-        config.write_text(yaml.safe_dump(workload_config(tokens)))
-        print(f"directory {root}; object {payload} B ({payload / (1 << 20):.2f} MiB, {tokens} tokens of {MODEL}) "
-              f"+ the .npy header; {opts.workers} concurrent I/Os; kv-cache.py {opts.duration:g} s per phase; "
-              f"fio block {min(opts.fio_bs, payload)} B")
-        kv_write = run_kv(root, config, "prefill", opts.workers, users, opts.duration)
-        kv_read = run_kv(root, config, "decode", opts.workers, users, opts.duration)
+        config.write_text(yaml.safe_dump(workload_config(tokens, opts.chunk_kib)))
+        if not drop_caches():
+            print("note: cannot drop the page cache (not root); both tools rely on per-file fadvise/invalidate")
+        kv_write, written = run_kv(root, config, "prefill", opts.workers, opts.users, opts.duration)
+        kv_read, _ = run_kv(root, config, "decode", opts.workers, opts.users, opts.duration)
         kvw = kv_write["cache_stats"]["tier_storage_write_bandwidth_gbps"]
         kvr = kv_read["cache_stats"]["tier_storage_read_bandwidth_gbps"]
-        # fio moves about what kv-cache.py moved, so both run for a similar time.
-        moved = kv_write["cache_stats"]["tier_storage_kv_bytes_written_gb"] * GIB
-        files_per_job = max(4, min(256, math.ceil(moved / payload / opts.workers)))
+        sizes = (min(written), max(written))
+        print(f"directory {root}; {len(written)} entries written by kv-cache.py, {sizes[0]}-{sizes[1]} B "
+              f"(mean {fmean(written) / (1 << 20):.2f} MiB, {MODEL}, .npy header included); {opts.workers} writes in "
+              f"flight, {kv_read['concurrency']['workers']} reads in flight; {block} B chunks; "
+              f"kv-cache.py {opts.duration:g} s per phase")
+        # fio writes the same objects: one file per entry kv-cache.py wrote, the same sizes, the
+        # same number in flight.
         fio_dir = root / "fio"
         fio_dir.mkdir()
-        fio_write = run_fio("write", fio_dir, opts.workers, files_per_job, payload, opts.fio_bs)
-        if not drop_caches():
-            print("note: cannot drop the page cache (not root); fio reads rely on its invalidate=1 (fadvise)")
-        # The read working set matches kv-cache.py's: one object per user, re-read for the same time.
-        fio_read = run_fio("read", fio_dir, opts.workers, min(files_per_job, math.ceil(users / opts.workers)), payload,
-                           opts.fio_bs, runtime=opts.duration)
+        # fio writes whole blocks only: each size is rounded to the nearest block (both means printed)
+        files = [(f"kv_{i}.npy", max(block, round(size / block) * block)) for i, size in enumerate(written)]
+        fio_write = run_fio("write", fio_dir, deal(files, opts.workers), block)
+        # fio reads what kv-cache.py read: one object per user (the sizes of the first entries
+        # written), re-read until as many bytes moved, as many readers in flight.
+        readers = int(kv_read["concurrency"]["workers"])
+        working = files[:opts.users]
+        read_bytes = kv_read["cache_stats"]["tier_storage_kv_bytes_read_gb"] * GIB
+        passes = max(1, min(2000 // len(working), round(read_bytes / sum(size for _, size in working))))
+        fio_read = run_fio("read", fio_dir, deal(working * passes, readers), block)
 
+    print(f"fio wrote the same {len(written)} objects (mean {fmean(size for _, size in files) / (1 << 20):.2f} MiB, "
+          f"kv-cache.py's {fmean(written) / (1 << 20):.2f} MiB); read {passes} passes over {len(working)} of them")
     print(f"{'phase':6} {'kv-cache.py':>12} {'fio':>8}  ratio   (GiB/s)")
     print(f"{'write':6} {kvw:12.3f} {fio_write:8.3f}  {kvw / fio_write:.3f}")
     print(f"{'read':6} {kvr:12.3f} {fio_read:8.3f}  {kvr / fio_read:.3f}")
