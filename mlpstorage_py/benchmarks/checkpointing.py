@@ -83,8 +83,6 @@ class CheckpointingBenchmark(Benchmark):
             program.append("--o-direct")
         if req.command != "datasize":
             plan.commands = [mpi_command(MpiOptions.from_args(req.args), processes, program)]
-        if req.command != "datasize" and self._through_dlio():
-            dlio_checkpointing.plan_phases(req.args, req.model, req.storage, plan)
         largest = max(plan.engine_parameters["bytes_per_rank"])
         plan.report = [
             f"{req.model}: checkpoint {layout.total_gib:,.2f} GiB (model {layout.model_bytes / 2**30:,.2f} GiB + optimizer "
@@ -92,6 +90,8 @@ class CheckpointingBenchmark(Benchmark):
             f"ZeRO {layout.zero_stage}, on {processes} processes",
             f"  largest per-rank share {largest / 2**30:,.2f} GiB; {writes} write(s), {reads} read(s)",
         ]
+        if req.command != "datasize" and self._through_dlio():
+            dlio_checkpointing.plan_phases(req.args, req.model, req.storage, plan)
         return plan
 
     def _through_dlio(self) -> bool:
