@@ -109,3 +109,14 @@ def test_runs_on_the_published_packages(cli, realdata_copy):
     result = cli("runs", "rm", "--results-dir", realdata_copy, "--status", "incomplete", "--yes")
     assert result.rc == 0 and result.out.count("moving ") == 1  # NewFW's configs-only datagen leaf
     assert len(listed(cli, realdata_copy)) == 38
+
+
+def test_a_trash_that_leads_out_of_the_tree_is_refused(cli, fresh, tmp_path):
+    root = fresh()
+    (tmp_path / "elsewhere").mkdir()
+    (root / ".mlps").symlink_to(tmp_path / "elsewhere")
+    before = tree(root)
+    result = cli("runs", "rm", "--results-dir", root, "--keep-last", "1", "--yes")
+    assert result.rc == 5 and "symbolic link" in result.err
+    assert tree(root) == before and not any((tmp_path / "elsewhere").iterdir())
+    assert cli("submit", root).rc == 5 and not any((tmp_path / "elsewhere").iterdir())

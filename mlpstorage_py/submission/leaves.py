@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import Leaf, Package
-from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.checker.package import PRIVATE_DIR, Leaf, Package
+from mlpstorage_py.errors import ConfigurationError, NotFoundError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.sentinel import resolve_results_dir
 from mlpstorage_py.rules.tables import checker
@@ -36,6 +36,21 @@ def tree_root(args: dict[str, Any]) -> Path:
     if not root.is_dir():
         raise NotFoundError(f"results directory {root} does not exist")
     return root
+
+
+def private_path(root: Path, *parts: str) -> Path:
+    """A path below the tree's .mlps/, refused when any step of it is a symbolic link: the trash,
+    the submissions and their log must never lead out of the tree."""
+    path = root / PRIVATE_DIR
+    steps = [path]
+    for part in parts:
+        for name in Path(part).parts:
+            path = path / name
+            steps.append(path)
+    for step in steps:
+        if step.is_symlink():
+            raise ConfigurationError(f"{step} is a symbolic link; refusing to go through it (it could lead out of the tree)")
+    return path
 
 
 def leaf_id(pkg: Package, leaf: Leaf) -> str:

@@ -21,7 +21,8 @@ from mlpstorage_py.checker.package import TIMESTAMP, TRASH_DIR, Leaf, Package
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
-from mlpstorage_py.submission.leaves import EXTRA, find_leaves, human, image_of, leaf_id, results, size_of, tree_root
+from mlpstorage_py.submission.leaves import (EXTRA, find_leaves, human, image_of, leaf_id, private_path, results,
+                                             size_of, tree_root)
 
 AGE = re.compile(r"^(\d+)([dhm])$")
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -133,7 +134,7 @@ def _to_trash(root: Path, paths: list[Path], yes: bool, what: str) -> int:
     if not yes:
         print(f"dry run: {len(paths)} {what} would move to {root / TRASH_DIR}/<stamp>/; pass --yes to move them")
         return 0
-    batch, _ = create_leaf(root / TRASH_DIR, datetime.now())
+    batch, _ = create_leaf(private_path(root, TRASH_DIR.name), datetime.now())
     for path in paths:
         target = batch / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +154,8 @@ def rm_command(args: dict[str, Any], argv: list[str]) -> int:
 
 def purge_command(args: dict[str, Any], argv: list[str]) -> int:
     root = tree_root(args)
-    trash = root / TRASH_DIR
-    batches = sorted(p for p in trash.iterdir() if TIMESTAMP.match(p.name)) if trash.is_dir() and not trash.is_symlink() else []
+    trash = private_path(root, TRASH_DIR.name)
+    batches = sorted(p for p in trash.iterdir() if TIMESTAMP.match(p.name) and not p.is_symlink()) if trash.is_dir() else []
     for batch in batches:
         print(f"{'deleting' if args.get('yes') else 'would delete'} {batch.relative_to(root).as_posix()} ({human(size_of(batch))})")
         if args.get("yes"):

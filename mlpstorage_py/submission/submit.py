@@ -34,12 +34,13 @@ from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
-from mlpstorage_py.submission.leaves import FAILED, INCOMPLETE, human, image_of, leaf_id, results, tree_root
+from mlpstorage_py.submission.leaves import (FAILED, INCOMPLETE, human, image_of, leaf_id, private_path, results,
+                                             tree_root)
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"
-LOG = Path(PRIVATE_DIR) / "submissions.jsonl"
-DEFAULT_OUTPUT = Path(PRIVATE_DIR) / "submissions"
+LOG = "submissions.jsonl"  # below .mlps/
+DEFAULT_OUTPUT = "submissions"  # below .mlps/
 STAMP = "%Y%m%dT%H%M%SZ"
 MAX_BUMPS = 3600
 
@@ -164,7 +165,7 @@ def _org(root: Path, given: str | None) -> str:
 
 
 def _output_dir(root: Path, given: str | None) -> Path:
-    out = Path(given).expanduser().resolve() if given else root / DEFAULT_OUTPUT
+    out = Path(given).expanduser().resolve() if given else private_path(root, DEFAULT_OUTPUT)
     private = root / PRIVATE_DIR
     if (out == root or root in out.parents) and not (out == private or private in out.parents):
         raise UsageError(f"--output {out} is inside the package (it would become part of it); "
@@ -190,9 +191,9 @@ def _write_new(path: Path, text: str) -> None:
 
 def _record(root: Path, entry: dict[str, Any]) -> None:
     """Append one line to the tree's submissions log (O_APPEND: concurrent submits do not interleave)."""
-    path = root / LOG
+    path = private_path(root, LOG)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
 
