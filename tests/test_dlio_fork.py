@@ -57,6 +57,10 @@ def test_another_environment_is_read_in_a_child(tmp_path):
         dlio_engine.detect(str(tmp_path / "absent"))
     with pytest.raises(UsageError, match="no python"):
         dlio_engine.detect(str(tmp_path))
+    scripts = tmp_path / "scripts"  # only a dlio_benchmark entry point: its #! names the python
+    scripts.mkdir()
+    (scripts / "dlio_benchmark").write_text(f"#!{sys.executable}\nimport sys\n")
+    assert dlio_engine.detect(str(scripts)).python == sys.executable
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "python").symlink_to("/usr/bin/python3")  # Debian's Python: no dlio-benchmark

@@ -79,12 +79,19 @@ def table_for(version: str) -> dict[str, Any]:
 
 
 def _python_of(bin_dir: Path) -> Path:
-    for name in ("python", "python3"):
-        candidate = bin_dir / name
+    """The environment's python, else the interpreter DIR/dlio_benchmark's `#!` line names."""
+    candidates = [bin_dir / "python", bin_dir / "python3"]
+    script = bin_dir / "dlio_benchmark"
+    if script.is_file():
+        with open(script, "rb") as fh:
+            first = fh.readline(4096).decode("utf-8", "replace").strip()
+        if first.startswith("#!") and first[2:].strip() and " " not in first[2:].strip():
+            candidates.append(Path(first[2:].strip()))
+    for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise UsageError(f"--dlio-bin-path {bin_dir}: no python or python3 there (give the bin directory of the "
-                     "environment DLIO is installed in)")
+    raise UsageError(f"--dlio-bin-path {bin_dir}: no python, python3 or dlio_benchmark script naming its python "
+                     "there (give the bin directory of the environment DLIO is installed in)")
 
 
 def probe(python: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any] | None:
