@@ -38,8 +38,10 @@ BIN = Path(sys.executable).parent
 
 
 def mlps(args: list[str], env: dict[str, str]) -> None:
-    subprocess.run([str(BIN / "mlpstorage"), *args], check=True, env=env, cwd=REPO,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.run([str(BIN / "mlpstorage"), *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"mlpstorage {' '.join(args[:4])} exited {proc.returncode}: {proc.stderr.strip()[-1500:]}")
 
 
 def newest_summary(results: Path, command: str) -> dict:
