@@ -133,3 +133,19 @@ def test_a_real_leaf_of_the_lifecycle_is_ok(cli, results):
     assert (row["runs_present"], row["runs_required"], row["verdict"]) == (0, 6, "short")
     listed = json.loads(cli("runs", "list", "--json").out)
     assert [e["code_image"] for e in listed] == [f"code-{p.name[5:]}" for p in (results / "code-images").glob("code-*")]
+
+
+def test_placeholders_left_by_systems_describe_are_paperwork(cli, fresh):
+    from mlpstorage_py.systems.profile import PLACEHOLDER
+
+    root = fresh()
+    edit_yaml(root / "closed/Acme/systems/sys1.yaml", lambda d: d["system_under_test"]["solution"].update(
+        friendly_description=f"{PLACEHOLDER}: the storage solution"))
+    rows = status(cli, root)
+    assert {r["verdict"] for r in rows.values()} == {"paperwork"} and {r["invalid"] for r in rows.values()} == {0}
+    assert rows[("training", "unet3d")]["paperwork"] == [
+        f"sys1.yaml: 1 FILL IN placeholder(s) left (first: friendly_description: '{PLACEHOLDER}: the storage solution')"]
+    result = cli("submit", root)
+    assert result.rc == 1
+    assert f"PAPERWORK closed/Acme/systems/sys1.yaml: placeholder left: friendly_description: '{PLACEHOLDER}: the storage " \
+           "solution'" in result.err_lines

@@ -115,7 +115,7 @@ def test_an_invalid_package_is_refused_one_line_per_finding(cli, fresh):
     invalid = [f for f in findings if f.severity == INVALID]
     lines = [line for line in result.err_lines if line.startswith("INVALID ")]
     assert invalid and len(lines) == len(invalid)
-    assert result.err_lines[-1].startswith(f"mlpstorage: error: submit refused: {len(invalid)} INVALID finding(s)")
+    assert result.err_lines[-1].startswith(f"mlpstorage: error: submit refused: {len(invalid)} INVALID finding(s), 0 failed")
     assert not (root / ".mlps" / "submissions").exists() and not (root / ".mlps" / "submissions.jsonl").exists()
 
 

@@ -155,6 +155,16 @@ def results(pkg: Package) -> list[Result]:
     return sorted(grouped.values(), key=lambda r: (r.division, r.org, r.system, r.benchmark, r.model))
 
 
+def placeholders(root: Path, division: str, org: str, system: str) -> list[str]:
+    """The FILL IN lines `systems describe` left in the system's description (read as the checker
+    reads files: never through a link). The rules' typed fields left blank are the checker's
+    4.7.3/4.7.4 findings; these are the free-text ones no rule can judge."""
+    from mlpstorage_py.systems.describe import unfilled
+
+    text, _ = files.read_text(root / division / org / "systems" / f"{system}.yaml")
+    return unfilled(text) if text else []
+
+
 def find_leaves(pkg: Package, ids: list[str]) -> list[Leaf]:
     """The leaves the user named, by ID (relative path) or by a unique timestamp; anything else is refused."""
     by_id = {leaf_id(pkg, leaf): leaf for leaf in pkg.leaves}

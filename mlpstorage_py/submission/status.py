@@ -4,7 +4,7 @@ and the checker's own findings (nothing is judged twice).
 Per result (division, organization, system, benchmark, model): run leaves present / required,
 the checker's INVALID and WARNING counts for the result, the system paperwork still missing
 (systems/<system>.yaml and .pdf, Rules 2.1.7; for checkpointing the 4.7.3 remap time and the
-4.7.4 capability flags), and one verdict, the first that applies:
+4.7.4 capability flags; FILL IN placeholders `systems describe` left), and one verdict, the first that applies:
   short      fewer ok runs than the edition requires (failed and incomplete leaves never count)
   invalid    the checker finds the result INVALID
   paperwork  the system description is missing or lacks the fields the rules require
@@ -22,7 +22,7 @@ from typing import Any
 from mlpstorage_py import checker
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
-from mlpstorage_py.submission.leaves import Result, leaf_id, results, tree_root
+from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results, tree_root
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
 SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
@@ -38,6 +38,9 @@ def _paperwork(pkg: Package, result: Result, findings: list[Finding]) -> list[st
         path = Path(f.path)
         if f.severity == INVALID and f.rule in rules and path.parent == systems and path.stem == result.system:
             found.append(f"{f.rule}: {f.message}")
+    left = placeholders(pkg.root, result.division, result.org, result.system)
+    if left:
+        found.append(f"{result.system}.yaml: {len(left)} FILL IN placeholder(s) left (first: {left[0]})")
     return sorted(set(found))
 
 

@@ -34,8 +34,8 @@ from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
-from mlpstorage_py.submission.leaves import (FAILED, INCOMPLETE, human, image_of, leaf_id, private_path, results,
-                                             tree_root)
+from mlpstorage_py.submission.leaves import (FAILED, INCOMPLETE, human, image_of, leaf_id, placeholders, private_path,
+                                             results, tree_root)
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"
@@ -230,10 +230,15 @@ def command(args: dict[str, Any], argv: list[str]) -> int:
                   for leaf, state, why in result.leaves if state in (FAILED, INCOMPLETE)]
     for leaf, state, why in unfinished:
         print(f"{state.upper()} leaf {leaf_id(pkg, leaf)}: {why} (`mlpstorage runs rm --status {state}`)", file=sys.stderr)
-    if blocking or unfinished:
-        raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s) and {len(unfinished)} failed or "
-                            "incomplete leaf/leaves above; fix them (`mlpstorage status`, `mlpstorage validate`) and "
-                            "submit again")
+    systems = sorted({(leaf.division, leaf.system) for leaf in pkg.leaves if leaf.org == org})
+    unfilled = [(f"{division}/{org}/systems/{system}.yaml", line) for division, system in systems
+                for line in placeholders(root, division, org, system)]
+    for where, line in unfilled:
+        print(f"PAPERWORK {where}: placeholder left: {line}", file=sys.stderr)
+    if blocking or unfinished or unfilled:
+        raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s), {len(unfinished)} failed or incomplete "
+                            f"leaf/leaves and {len(unfilled)} placeholder(s) above; fix them (`mlpstorage status`, "
+                            "`mlpstorage validate`) and submit again")
     out.mkdir(parents=True, exist_ok=True)
     files, dirs, skipped = select(pkg, org)
     name, target = _claim(out, org)
