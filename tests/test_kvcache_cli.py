@@ -151,6 +151,9 @@ def test_shared_results_probe_runs_on_every_host(results, cache_dir):
 def rank(read, write, tput, dev_read, dev_write, entries=5, avg=100.0):
     return {"summary": {"storage_throughput_tokens_per_sec": tput, "avg_throughput_tokens_per_sec": avg,
                         "end_to_end_latency_ms": {"p95": 10.0},
+                        "figures_reference_way": {"tier_storage_read_bandwidth_gbps": read / 2,
+                                                  "tier_storage_write_bandwidth_gbps": write / 4,
+                                                  "avg_throughput_tokens_per_sec": avg},
                         "cache_stats": {"tier_storage_read_bandwidth_gbps": read, "tier_storage_write_bandwidth_gbps": write,
                                         "storage_read_device_p95_ms": dev_read, "storage_write_device_p95_ms": dev_write,
                                         "storage_read_p95_ms": dev_read + 1, "storage_entries": entries}}}
@@ -174,6 +177,9 @@ def test_aggregation_formulas_missing_ranks_and_cpu_tier_ranks():
                                "storage_throughput_tokens_per_sec": agg["aggregated_storage_throughput_tokens_per_sec"],
                                "total_ranks": 3}
     assert not agg["all_ranks_cpu_tier"]
+    assert agg["aggregated_reference_way"] == pytest.approx({  # the same reductions, the reference's figures
+        "read_bandwidth_gbps": fmean([3.0 / 2, 3.5 / 2]), "write_bandwidth_gbps": fmean([0.75 / 4, 2.0 / 4]),
+        "avg_throughput_tokens_per_sec": fmean([300.0, 200.0])})
     everything_in_memory = kvcache.aggregate_option("2", [{0: rank(0, 0, 1.0, 0, 0, entries=0)}], 1)
     assert everything_in_memory["all_ranks_cpu_tier"] and everything_in_memory["aggregated_device_read_p95_ms"] == 0
 

@@ -14,6 +14,11 @@ from mlpstorage_py.results.logs import log
 
 
 # -- aggregation (Rules 6.3.4) --------------------------------------------------------------
+# summary.figures_reference_way keys kv-cache.py reports, reduced like ours.
+REFERENCE_WAY = {"read_bandwidth_gbps": "tier_storage_read_bandwidth_gbps",
+                 "write_bandwidth_gbps": "tier_storage_write_bandwidth_gbps",
+                 "avg_throughput_tokens_per_sec": "avg_throughput_tokens_per_sec"}
+
 def rank_file(trial_dir: Path, rank: int) -> Path | None:
     """The one result file of a rank; None when absent. Two files is an isolation failure."""
     files = sorted((trial_dir / f"rank_{rank}").glob("kvcache_results_*.json"))
@@ -62,7 +67,7 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
             else:
                 present[rank] = result
         sums = {"read_bandwidth_gbps": 0.0, "write_bandwidth_gbps": 0.0, "storage_throughput_tokens_per_sec": 0.0,
-                "avg_throughput_tokens_per_sec": 0.0}
+                "avg_throughput_tokens_per_sec": 0.0, **{f"reference_way_{k}": 0.0 for k in REFERENCE_WAY}}
         maxima = {"device_read_p95_ms": 0.0, "device_write_p95_ms": 0.0, "storage_read_p95_ms": 0.0, "p95_latency_ms": 0.0}
         trial_cpu: list[int] = []
         for rank, result in sorted(present.items()):
@@ -75,6 +80,9 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
             sums["write_bandwidth_gbps"] += float(cache.get("tier_storage_write_bandwidth_gbps", 0.0))
             sums["storage_throughput_tokens_per_sec"] += float(summary.get("storage_throughput_tokens_per_sec", 0.0))
             sums["avg_throughput_tokens_per_sec"] += float(summary.get("avg_throughput_tokens_per_sec", 0.0))
+            reference = summary.get("figures_reference_way") or {}
+            for key, source in REFERENCE_WAY.items():
+                sums[f"reference_way_{key}"] += float(reference.get(source, 0.0))
             if storage_rank:
                 maxima["device_read_p95_ms"] = max(maxima["device_read_p95_ms"], float(cache.get("storage_read_device_p95_ms", 0.0)))
                 maxima["device_write_p95_ms"] = max(maxima["device_write_p95_ms"], float(cache.get("storage_write_device_p95_ms", 0.0)))
@@ -109,6 +117,9 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
         "cpu_tier_rank_trials": cpu_tier,
         "all_ranks_cpu_tier": bool(counted) and all(len(t["cpu_tier_ranks"]) == t["ranks_reported"] for t in counted),
         "per_trial": per_trial,
+        # The same reductions over each rank's figures_reference_way (nominal duration, no
+        # demotion writes), to set beside published results; absent figures count 0.
+        "aggregated_reference_way": {key: mean(f"reference_way_{key}") for key in REFERENCE_WAY},
         "headline": {"storage_read_bandwidth_gbps": mean("read_bandwidth_gbps"),
                      "device_read_p95_ms": peak("device_read_p95_ms"),
                      "device_write_p95_ms": peak("device_write_p95_ms"),
