@@ -42,13 +42,14 @@ def leftover(marker: str) -> list[str]:
     return [line[:200] for _, line in _cmdlines() if marker in line]
 
 
-def wait_for(ready: Callable[[], bool], seconds: float, child: subprocess.Popen | None = None) -> None:
+def wait_for(ready: Callable[[], bool], seconds: float, child: subprocess.Popen | None = None,
+             message: Callable[[], object] = lambda: "") -> None:
     end = time.monotonic() + seconds
     while not ready():
         if child is not None and child.poll() is not None:
             out, err = child.communicate()
             raise AssertionError(f"the run ended (exit {child.returncode}) before the fault: {err}")
-        assert time.monotonic() < end, "timed out waiting"
+        assert time.monotonic() < end, f"timed out waiting {message()}"
         time.sleep(0.1)
 
 

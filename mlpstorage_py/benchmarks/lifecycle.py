@@ -18,10 +18,11 @@ from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, M
 from mlpstorage_py.launch import hostinfo, mpi, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
-from mlpstorage_py.results.io import write_json
+from mlpstorage_py.results.io import atomic_write_text, write_json
 from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
 from mlpstorage_py.results.logs import attach_leaf, detach, log
 from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
+from mlpstorage_py.storage import datalock
 from mlpstorage_py.storage.s3 import environment_record
 
 
@@ -62,6 +63,14 @@ def run(bench: Benchmark) -> int:
         bench.results_dir = results_dir
         bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
     plan = bench.plan()
+    locked = plan.data_dir if not plan_only and req.command == "datagen" and req.storage == "file" else None
+    with datalock.held(locked):
+        return _gated_run(bench, plan, plan_only, results_dir if not plan_only else None)
+
+
+def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path | None) -> int:
+    """Preflight, gates, then the leaf: whatever happens once it exists, it is completed."""
+    req = bench.request
     bench.preflight(plan)
     if plan_only:
         print_plan(bench, plan)
@@ -191,7 +200,7 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
 def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, Any], digest: str,
                 status: int, failure: str | None) -> None:
     """Pointer, provenance and metadata; written last so they describe the outcome."""
-    (leaf / code_image.POINTER_FILE).write_text(code_image.pointer_text(digest) + "\n", encoding="utf-8")
+    atomic_write_text(leaf / code_image.POINTER_FILE, code_image.pointer_text(digest) + "\n")
     provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library,
                                             plan.dlio_engine))
     end = time.time()

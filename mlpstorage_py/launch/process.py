@@ -10,6 +10,7 @@ SIGTERM while it waits on a host).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shlex
@@ -25,6 +26,9 @@ from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
+# prctl(PR_SET_PDEATHSIG): loaded once here, so the forked child calls it without loading anything.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+PR_SET_PDEATHSIG = 1
 PROGRESS_EVERY_S = 15.0
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
@@ -45,6 +49,15 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
             echo.flush()
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: SIGTERM it when mlpstorage dies, even by SIGKILL (no teardown
+    of ours runs then), so the launcher stops its ranks instead of running on with parent 1."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # died before the request took effect
+        os._exit(1)
+
+
 def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Path,
                env: dict[str, str] | None = None, label: str = "child", echo: bool = False,
                deadline_s: float | None = None) -> int:
@@ -54,8 +67,9 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
     TimeoutExpired). Returns the exit code."""
     log.info(f"{label}: {shlex.join(argv)}")
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        parent = os.getpid()
         child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True)
+                                 start_new_session=True, preexec_fn=lambda: _die_with_parent(parent))
         last = [""]
         secrets = [s.encode() for s in secret_values(env)]
         pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last, secrets), daemon=True),

@@ -42,8 +42,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        code = errno.errorcode.get(exc.errno or 0)
-        raise WriteFailed(exc.errno, f"cannot write {path}: {exc.strerror or exc}" + (f" ({code})" if code else "")) from exc
+        raise write_failed(path, exc) from exc
+
+
+def write_failed(path: Path, exc: OSError) -> WriteFailed:
+    """The one-line error for a failed write of `path`: where, why, and the errno's name."""
+    code = errno.errorcode.get(exc.errno or 0)
+    return WriteFailed(exc.errno, f"cannot write {path}: {exc.strerror or exc}" + (f" ({code})" if code else ""))
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -47,11 +47,19 @@ def setup_console(debug: bool = False, verbose: bool = False) -> None:
     log.addHandler(_buffer)
 
 
+class _LeafFile(logging.FileHandler):
+    """A leaf log file: when its filesystem refuses a write (full, gone), the run's own error
+    says so in one line; the log does not add a traceback per record to the console."""
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        pass
+
+
 def attach_leaf(leaf: Path) -> list[logging.Handler]:
     """Start writing the leaf's two log files, beginning with what was buffered."""
     handlers: list[logging.Handler] = []
     for name, level in ((LOG_FILE, logging.DEBUG), (ERRORS_FILE, logging.WARNING)):
-        handler = logging.FileHandler(leaf / name, encoding="utf-8")
+        handler = _LeafFile(leaf / name, encoding="utf-8")
         handler.setLevel(level)
         handler.setFormatter(RedactingFormatter(FILE_FORMAT))
         for record in _buffer.buffer:

@@ -1,0 +1,100 @@
+"""Faults injected into a real local kvcache run (kv-cache.py per rank under mpirun -np 2):
+SIGKILL to one rank, SIGKILL to mlpstorage, and a cache directory that fills up (SIGINT and
+SIGTERM on remote ranks are tests/test_kvcache_hosts.py's). Each case bounds its time and
+asserts the exit code, the leaf's state and that no rank is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import MLPSTORAGE, all_leaves, subprocess_env
+from fault_figures import record
+from faults import assert_failed_leaf, assert_incomplete_everywhere, leftover, pids_matching, small_fs, wait_for
+from test_kvcache_cli import SMALL
+
+pytestmark = pytest.mark.heavy
+
+
+@pytest.fixture
+def small_config(tmp_path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    return path
+
+
+def argv(results: Path, cache: Path, config: Path, duration: int, *extra: str) -> list[str]:
+    return [str(MLPSTORAGE), "open", "kvcache", "run", "-np", "2", "--cache-dir", str(cache), "-rd", str(results),
+            "-sn", "sys1", "--model", "tiny-1b", "--num-users", "3", "--duration", str(duration), "--trials", "1",
+            "--inter-option-delay", "0", "--option", "1", "--config", str(config), *extra]
+
+
+def ranks(cache: Path) -> list[int]:
+    return pids_matching("kv-cache.py", str(cache))
+
+
+def start(args: list[str], env: dict[str, str], cache: Path) -> subprocess.Popen:
+    child = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: len(ranks(cache)) >= 2, 90, child)
+    return child
+
+
+def test_sigkill_to_one_rank(results, other_fs_dir, small_config, tmp_path):
+    env = subprocess_env(tmp_path)
+    cache = other_fs_dir / "kv"
+    child = start(argv(results, cache, small_config, 30), env, cache)
+    try:
+        os.kill(ranks(cache)[-1], signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = child.communicate(timeout=90)
+        took = time.monotonic() - killed
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 6, err
+    assert took < 60
+    (leaf,) = all_leaves(results)
+    assert_failed_leaf(leaf, 6, "")
+    assert leftover(str(cache)) == []
+    record("fault", 1, 1, benchmark="kvcache", fault="SIGKILL rank", seconds=round(took, 1))
+
+
+def test_sigkill_to_mlpstorage(results, other_fs_dir, small_config, tmp_path):
+    env = subprocess_env(tmp_path)
+    cache = other_fs_dir / "kv"
+    child = start(argv(results, cache, small_config, 30), env, cache)
+    try:
+        child.kill()
+        child.wait(timeout=10)
+        killed = time.monotonic()
+        wait_for(lambda: not leftover(str(cache)), 30, message=lambda: leftover(str(cache)))
+        took = time.monotonic() - killed
+    finally:
+        if child.poll() is None:
+            child.kill()
+    (leaf,) = all_leaves(results)
+    assert not list(leaf.glob("*_metadata.json"))
+    assert_incomplete_everywhere(results, leaf, env)
+    record("fault", 1, 1, benchmark="kvcache", fault="SIGKILL mlpstorage", seconds=round(took, 1))
+
+
+def test_cache_directory_fills_up(results, small_config, tmp_path):
+    env = subprocess_env(tmp_path)
+    with small_fs(tmp_path / "small", "64m", inodes=6) as mount:
+        cache = mount / "kv"
+        started = time.monotonic()
+        res = subprocess.run(argv(results, cache, small_config, 3), env=env,
+                             capture_output=True, text=True, timeout=180)
+        took = time.monotonic() - started
+    errors = [l for l in res.stderr.splitlines() if l.startswith("mlpstorage: error:")]
+    assert res.returncode in (6, 9), res.stderr
+    assert len(errors) == 1, res.stderr
+    record("fault", 1, 1, benchmark="kvcache", fault="cache directory full", exit=res.returncode,
+           message=errors[0][:160], seconds=round(took, 1))
