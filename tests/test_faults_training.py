@@ -1,0 +1,96 @@
+"""Faults injected into a real training datagen (DLIO 2.0.0 under mpirun -np 2): SIGTERM and
+SIGKILL to mlpstorage, SIGKILL to one DLIO rank, and a data directory that fills up (SIGINT
+mid-run across hosts is tests/test_cluster_training.py's). Each case bounds its time and
+asserts the exit code, the leaf's state, that no rank is left, and a clean next datagen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import MLPSTORAGE, all_leaves, subprocess_env
+from fault_figures import record
+from faults import assert_failed_leaf, assert_incomplete_everywhere, leftover, pids_matching, small_fs, wait_for
+
+pytestmark = pytest.mark.heavy
+
+
+def datagen(results: Path, data: Path, files: int, *extra: str) -> list[str]:
+    return [str(MLPSTORAGE), "open", "training", "unet3d", "datagen", "-np", "2", "-dd", str(data), "-sn", "sys1",
+            "-rd", str(results), "-aip", "--params", f"dataset.num_files_train={files}",
+            "dataset.record_length_bytes=65536", "dataset.record_length_bytes_stdev=0", *extra]
+
+
+def dlio_ranks(results: Path) -> list[int]:
+    return pids_matching("dlio_rank", str(results))
+
+
+def generated(data: Path) -> int:
+    return len(list((data / "unet3d" / "train").rglob("*.npz"))) if (data / "unet3d").is_dir() else 0
+
+
+# CI injects one fault per kind of process (the other two under MLPS_FAULTS_FULL=1, bench/faults.py):
+# each real datagen costs DLIO's start-up, about 15 s here.
+FAULTS = ["SIGTERM", "SIGKILL rank", "SIGKILL mlpstorage"] if os.environ.get("MLPS_FAULTS_FULL") == "1" \
+    else ["SIGKILL mlpstorage"]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault_mid_datagen(results, other_fs_dir, tmp_path, fault):
+    env = subprocess_env(tmp_path)
+    child = subprocess.Popen(datagen(results, other_fs_dir, 4000), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(dlio_ranks(results)) >= 2, 120, child)
+        if fault == "SIGTERM":
+            child.send_signal(signal.SIGTERM)
+        elif fault == "SIGKILL rank":
+            os.kill(dlio_ranks(results)[-1], signal.SIGKILL)
+        else:
+            child.kill()
+        sent = time.monotonic()
+        _, err = child.communicate(timeout=90)
+        wait_for(lambda: not leftover(str(results)), 30, message=lambda: leftover(str(results)))
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert took < 60, f"{took:.1f} s to stop"
+    (leaf,) = all_leaves(results)
+    if fault == "SIGKILL mlpstorage":
+        assert child.returncode == -signal.SIGKILL
+        assert_incomplete_everywhere(results, leaf, env)
+    else:
+        code = 8 if fault == "SIGTERM" else 6
+        assert child.returncode == code, err
+        assert_failed_leaf(leaf, code, "SIGTERM" if fault == "SIGTERM" else "")
+    assert generated(other_fs_dir) < 4000
+    # the next datagen (with --overwrite: the interrupted one left files) is unaffected
+    res = subprocess.run(datagen(results, other_fs_dir, 8, "--overwrite"), env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert generated(other_fs_dir) == 8
+    record("fault", 1, 1, benchmark="training", fault=fault, seconds=round(took, 1))
+
+
+def test_data_directory_fills_up(results, tmp_path):
+    env = subprocess_env(tmp_path)
+    with small_fs(tmp_path / "small", "64m", inodes=12) as data:
+        started = time.monotonic()
+        res = subprocess.run(datagen(results, data, 64, "--skip-fs-separation-gate"), env=env, capture_output=True,
+                             text=True, timeout=300)
+        took = time.monotonic() - started
+    errors = [l for l in res.stderr.splitlines() if l.startswith("mlpstorage: error:")]
+    assert res.returncode == 6, res.stderr
+    assert len(errors) == 1 and ("ENOSPC" in errors[0] or "No space left" in errors[0]), res.stderr
+    (leaf,) = all_leaves(results)
+    assert_failed_leaf(leaf, 6, "")
+    assert leftover(str(data)) == []
+    record("fault", 1, 1, benchmark="training", fault="data directory full", seconds=round(took, 1),
+           message=errors[0][:160])
