@@ -160,7 +160,7 @@ def test_default_buffered_write_records_its_durability(tmp_path):
     assert run.returncode == 0, run.stderr
     info = load(tmp_path / "out" / "summary.json")["checkpoint_engine"]
     assert info["block_size"] == 1 << 20 and info["direct_io"] is False
-    assert info["durability"].endswith("fsync per file before the rank reports done")
+    assert info["durability"].endswith("fsync per file, then of its directory, before the rank reports done")
     count, distinct = unique_512(tmp_path / "ckpt" / "ckpt_1" / LAYOUT.files(1)[-1].name)
     assert count == distinct
 

@@ -66,6 +66,15 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")
 
 
+def sync_directory(path: str) -> None:
+    """fsync a directory, so the entries of the files created in it survive a crash as well."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def mem_total_gib() -> float:
     """MemTotal of this host in GiB (0.0 where /proc/meminfo is unreadable)."""
     return (meminfo_bytes() or 0) / (1 << 30)
@@ -269,6 +278,8 @@ class Engine:
                                           f"the layout says {f.nbytes}")
                     self.record.bytes_written += result.bytes
                     self.record.fsync_calls += result.fsync_calls
+                if self.fsync and self.store.cached_locally:
+                    sync_directory(self.ckpt_path(number))  # the new names are durable too
 
             self.timed(f"save_ckpt{number}", write_mine)
             self.record.written.append(f"ckpt_{number}")
@@ -378,7 +389,7 @@ class Engine:
             return "none: fsync disabled by checkpoint.fsync=false"
         io = "O_DIRECT writes (an unaligned tail buffered)" if self.opts.o_direct else \
             "buffered writes, writeback started per block (sync_file_range)"
-        return f"{io}; fsync per file before the rank reports done"
+        return f"{io}; fsync per file, then of its directory, before the rank reports done"
 
     def metric(self) -> dict[str, float]:
         """Means and population stdevs over rank 0's per-checkpoint values, as the reference reports."""
