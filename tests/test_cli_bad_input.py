@@ -152,6 +152,18 @@ SEMANTIC: dict[str, list[tuple[str, int, str]]] = {
     "org": [("init a/b @T/r2", 2, "organization name 'a/b'"), ("init .. @T/r2", 2, "organization name '..'"),
             ("init x;id @T/r2", 2, "organization name 'x;id'")],
     "dir": [("init Org @F", 5, "results directory @F is not a directory")],
+    "--dlio-bin-path": [("open training unet3d datagen -np 1 -dd @D --dlio-bin-path @N", 2, "--dlio-bin-path @N"),
+                        ("open training unet3d datagen -np 1 -dd @D --dlio-bin-path @F", 2, "--dlio-bin-path @F")],
+    "--output": [("reports html --output @T", 2, "@T already exists"),
+                 ("reports html --output @N/x/y.html", 3, "directory @N/x does not exist")],
+    "system": [("systems describe a/b", 2, "system name 'a/b'"), ("systems describe ..", 2, "system name '..'")],
+    "key": [("config set nosuchkey 1", 2, "unknown config key 'nosuchkey'"),
+            ("config unset ../x", 2, "unknown config key '../x'")],
+    "values": [("config set systemname a/b", 2, "system name 'a/b'"), ("config set hosts h;rm", 2, "'h;rm'")],
+    "--org": [("submit --org a/b", 2, "organization 'a/b'"), ("submit --org ..", 2, "organization '..'")],
+    "id": [("runs show ../../etc", 2, "leaf '../../etc' is no leaf"), ("runs show 29990101_000000", 2, "no leaf")],
+    "ids": [("runs rm ../x", 2, "leaf '../x' is no leaf"), ("runs rm $(id)", 2, "leaf '$(id)'")],
+    "--older-than": [("runs rm --older-than abc", 2, "--older-than 'abc'"), ("runs rm --older-than 5y", 2, "--older-than '5y'")],
 }
 # Free-text flags with no bad value of their own (any text is a valid value): none so far.
 EXEMPT: set[str] = set()
