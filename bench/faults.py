@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = ["tests/test_faults_checkpointing.py", "tests/test_faults_object.py", "tests/test_faults_kvcache.py", "tests/test_faults_training.py",
+SUITES = ["tests/test_faults_checkpointing.py", "tests/test_faults_object.py", "tests/test_faults_vectordb.py", "tests/test_faults_kvcache.py", "tests/test_faults_training.py",
           "tests/test_faults_tree.py", "tests/test_fuzz_checker.py", "tests/test_cli_bad_input.py"]
 
 

@@ -37,6 +37,25 @@ def pids_matching(*parts: str) -> list[int]:
     return sorted(pid for pid, line in _cmdlines() if all(p in line for p in parts))
 
 
+def children_of(pid: int) -> list[int]:
+    """Live direct children of pid (multiprocessing workers carry no telling command line)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] not in "ZX":
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists() and
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"]
+
+
 def leftover(marker: str) -> list[str]:
     """Command lines of live processes naming marker (a path unique to the test)."""
     return [line[:200] for _, line in _cmdlines() if marker in line]
