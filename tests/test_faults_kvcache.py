@@ -94,7 +94,9 @@ def test_cache_directory_fills_up(results, small_config, tmp_path):
                              capture_output=True, text=True, timeout=180)
         took = time.monotonic() - started
     errors = [l for l in res.stderr.splitlines() if l.startswith("mlpstorage: error:")]
-    assert res.returncode in (6, 9), res.stderr
-    assert len(errors) == 1, res.stderr
+    assert res.returncode == 6, res.stderr
+    assert len(errors) == 1 and "No space left on device" in errors[0] and str(cache) in errors[0], res.stderr
+    (leaf,) = all_leaves(results)
+    assert_failed_leaf(leaf, res.returncode, "partial failure")
     record("fault", 1, 1, benchmark="kvcache", fault="cache directory full", exit=res.returncode,
            message=errors[0][:160], seconds=round(took, 1))

@@ -462,8 +462,9 @@ class KVCacheBenchmark(Benchmark):
             raise stopped
         if partial:
             missing = sum(len(a["missing_files"]) for a in aggregates.values())
+            first = next((why for failed in failures.values() for why in failed.values()), None)
             raise BenchmarkFailed(f"partial failure: {missing} rank result(s) missing, {sum(map(len, failures.values()))} "
-                                  "trial(s) failed; summary.json records which")
+                                  "trial(s) failed; summary.json records which" + (f"; first: {first}" if first else ""))
         for key, aggregate in aggregates.items():
             if aggregate["all_ranks_cpu_tier"]:
                 log.warning(f"option {key}: every rank served its KV from memory (storage_entries == 0); its device "

@@ -33,6 +33,8 @@ PROGRESS_EVERY_S = 15.0
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
 EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
+# A tool's own one-line error (`kv-cache.py: error: ...`), possibly behind the same tag.
+TOOL_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([\w.-]+: error: .*)$")
 
 
 def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str], secrets: list[bytes]) -> None:
@@ -181,8 +183,13 @@ def error_line(stderr_path: Path) -> str:
     from mlpstorage_py.launch.launchers import first_error_line
 
     text = stderr_path.read_text(encoding="utf-8", errors="replace")
-    for line in (l.strip() for l in text.splitlines()):
+    lines = [l.strip() for l in text.splitlines()]
+    for line in lines:
         match = EXCEPTION_LINE.match(line)
         if match and not match.group(1).startswith(("KeyboardInterrupt", "SystemExit")):
+            return match.group(1)[:300]
+    for line in lines:
+        match = TOOL_ERROR_LINE.match(line)
+        if match:
             return match.group(1)[:300]
     return first_error_line(text)
