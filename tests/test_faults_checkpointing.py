@@ -5,7 +5,6 @@ leaf's state, that no process of the run is left, and that the next run is unaff
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -11,11 +11,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 
 from conftest import DATASIZE, MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, small_fs, wait_for
+from faults import small_fs, wait_for
 from mlpstorage_py.results import history
 from mlpstorage_py.storage import datalock
 

@@ -9,7 +9,8 @@ of FIFOs, so opening one hangs, and its contents are compared afterwards. Figure
 cases, crashes (goal 0), and how often each mutation kind was reported as a new finding.
 
 CI runs the "mlps-ci" profile (a few hundred cases, derandomized); bench/faults.py sets
-MLPS_FUZZ_CASES (10,000) and the "mlps-bench" profile.
+MLPS_FUZZ_CASES (10,000) and the "mlps-bench" profile; MLPS_FUZZ_DUMP=FILE writes the crashes and
+the mutations no finding reported there.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
