@@ -2,7 +2,8 @@
 same run. Prints GiB/s of both, the ratios kv-cache.py/fio (target >= 0.7), and the simulator's
 CPU time per request.
 
-    .venv/bin/python bench/kvcache_vs_fio.py [--dir DIR] [--object-mib 16] [--workers 4] [--duration 8]
+    .venv/bin/python bench/kvcache_vs_fio.py [--dir DIR] [--object-mib 16] [--workers 4] [--users 8]
+                                             [--duration 8] [--chunk-kib 1024] [--rounds 3]
 
 kv-cache.py runs twice with one request template whose context budget is --object-mib MiB of
 KV (tiny-1b), so every entry is uniform(budget/4, budget) as the reference draws it, no think
@@ -21,7 +22,9 @@ not), buffered psync in --chunk-kib blocks (kv-cache.py's chunk), an fsync at ea
 kv-cache.py read, as many lanes as kv-cache.py's workers, invalidate=1 dropping each file's
 cached pages at its open; the page cache is dropped before each phase of both tools. Bandwidth is
 kv-cache.py's own tier_storage_{write,read}_bandwidth_gbps (bytes / elapsed) and fio's bytes /
-its slowest job's runtime; both mean object sizes are printed so the ratio compares like with like.
+its busiest lane's summed job runtimes; both mean object sizes are printed so the ratio compares
+like with like. The pairs run --rounds times, interleaved, and the medians are the figures (this
+shared disk swings up to 2x between identical runs).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, median
 
 import yaml
 
@@ -125,6 +128,30 @@ def deal(items: list[tuple[str, int]], lanes: int) -> list[list[tuple[str, int]]
     return [items[i::lanes] for i in range(lanes) if items[i::lanes]]
 
 
+def one_round(root: Path, config: Path, opts: argparse.Namespace, block: int, number: int) -> dict:
+    """kv-cache.py's write and read phases, then fio doing the same work, in fresh directories."""
+    kv_write, written = run_kv(root, config, "prefill", opts.workers, opts.users, opts.duration)
+    kv_read, _ = run_kv(root, config, "decode", opts.workers, opts.users, opts.duration)
+    fio_dir = root / f"fio_{number}"
+    fio_dir.mkdir()
+    # fio writes the same objects: one file per entry kv-cache.py wrote, the same sizes (rounded
+    # to the nearest block: fio writes whole blocks; both means printed), as many in flight.
+    files = [(f"kv_{i}.npy", max(block, round(size / block) * block)) for i, size in enumerate(written)]
+    fio_write = run_fio("write", fio_dir, deal(files, opts.workers), block)
+    # fio reads what kv-cache.py read: one object per user, re-read until as many bytes moved,
+    # as many readers in flight.
+    readers = int(kv_read["concurrency"]["workers"])
+    working = files[:opts.users]
+    read_bytes = kv_read["cache_stats"]["tier_storage_kv_bytes_read_gb"] * GIB
+    passes = max(1, min(2000 // len(working), round(read_bytes / sum(size for _, size in working))))
+    fio_read = run_fio("read", fio_dir, deal(working * passes, readers), block)
+    shutil.rmtree(fio_dir)
+    return {"kv_write": kv_write, "kv_read": kv_read, "written": written, "fio_mean": fmean(s for _, s in files),
+            "passes": passes, "working": len(working), "readers": readers,
+            "kvw": kv_write["cache_stats"]["tier_storage_write_bandwidth_gbps"],
+            "kvr": kv_read["cache_stats"]["tier_storage_read_bandwidth_gbps"], "fiow": fio_write, "fior": fio_read}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, help="where both write (default: a temp dir beside the checkout)")
@@ -133,6 +160,8 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=8, help="kv-cache.py users = its workers = fio read jobs (default 8)")
     parser.add_argument("--duration", type=float, default=8, help="seconds of each kv-cache.py run (default 8)")
     parser.add_argument("--chunk-kib", type=int, default=1024, help="kv-cache.py's I/O chunk = fio's block (default 1024)")
+    parser.add_argument("--rounds", type=int, default=3, help="kv-cache.py/fio pairs, interleaved; the median ratio is "
+                                                               "the figure (default 3: a shared disk swings run to run)")
     opts = parser.parse_args()
     if not shutil.which("fio"):
         sys.exit("fio not found: apt-get update && apt-get install -y fio")
@@ -144,36 +173,26 @@ def main() -> None:
         config.write_text(yaml.safe_dump(workload_config(tokens, opts.chunk_kib)))
         if not drop_caches():
             print("note: cannot drop the page cache (not root); both tools rely on per-file fadvise/invalidate")
-        kv_write, written = run_kv(root, config, "prefill", opts.workers, opts.users, opts.duration)
-        kv_read, _ = run_kv(root, config, "decode", opts.workers, opts.users, opts.duration)
-        kvw = kv_write["cache_stats"]["tier_storage_write_bandwidth_gbps"]
-        kvr = kv_read["cache_stats"]["tier_storage_read_bandwidth_gbps"]
-        sizes = (min(written), max(written))
-        print(f"directory {root}; {len(written)} entries written by kv-cache.py, {sizes[0]}-{sizes[1]} B "
-              f"(mean {fmean(written) / (1 << 20):.2f} MiB, {MODEL}, .npy header included); {opts.workers} writes in "
-              f"flight, {kv_read['concurrency']['workers']} reads in flight; {block} B chunks; "
-              f"kv-cache.py {opts.duration:g} s per phase")
-        # fio writes the same objects: one file per entry kv-cache.py wrote, the same sizes, the
-        # same number in flight.
-        fio_dir = root / "fio"
-        fio_dir.mkdir()
-        # fio writes whole blocks only: each size is rounded to the nearest block (both means printed)
-        files = [(f"kv_{i}.npy", max(block, round(size / block) * block)) for i, size in enumerate(written)]
-        fio_write = run_fio("write", fio_dir, deal(files, opts.workers), block)
-        # fio reads what kv-cache.py read: one object per user (the sizes of the first entries
-        # written), re-read until as many bytes moved, as many readers in flight.
-        readers = int(kv_read["concurrency"]["workers"])
-        working = files[:opts.users]
-        read_bytes = kv_read["cache_stats"]["tier_storage_kv_bytes_read_gb"] * GIB
-        passes = max(1, min(2000 // len(working), round(read_bytes / sum(size for _, size in working))))
-        fio_read = run_fio("read", fio_dir, deal(working * passes, readers), block)
+        print(f"directory {root}; {MODEL} entries of uniform({tokens // 4}, {tokens}) tokens + the .npy header; "
+              f"{opts.workers} writes in flight; {block} B chunks; kv-cache.py {opts.duration:g} s per phase")
+        print(f"{'round':5} {'phase':6} {'kv-cache.py':>12} {'fio':>8}  ratio   (GiB/s)")
+        rounds = []
+        for number in range(opts.rounds):
+            r = one_round(root, config, opts, block, number)
+            rounds.append(r)
+            print(f"{number:5} {'write':6} {r['kvw']:12.3f} {r['fiow']:8.3f}  {r['kvw'] / r['fiow']:.3f}   "
+                  f"({len(r['written'])} objects, mean {fmean(r['written']) / (1 << 20):.2f} MiB; fio's "
+                  f"{r['fio_mean'] / (1 << 20):.2f} MiB)")
+            print(f"{number:5} {'read':6} {r['kvr']:12.3f} {r['fior']:8.3f}  {r['kvr'] / r['fior']:.3f}   "
+                  f"({r['readers']} in flight; fio {r['passes']} passes over {r['working']} objects)", flush=True)
 
-    print(f"fio wrote the same {len(written)} objects (mean {fmean(size for _, size in files) / (1 << 20):.2f} MiB, "
-          f"kv-cache.py's {fmean(written) / (1 << 20):.2f} MiB); read {passes} passes over {len(working)} of them")
-    print(f"{'phase':6} {'kv-cache.py':>12} {'fio':>8}  ratio   (GiB/s)")
-    print(f"{'write':6} {kvw:12.3f} {fio_write:8.3f}  {kvw / fio_write:.3f}")
-    print(f"{'read':6} {kvr:12.3f} {fio_read:8.3f}  {kvr / fio_read:.3f}")
-    for name, summary in (("write", kv_write), ("read", kv_read)):
+    for name, ours, theirs in (("write", "kvw", "fiow"), ("read", "kvr", "fior")):
+        ratios = [r[ours] / r[theirs] for r in rounds]
+        print(f"median {name}: kv-cache.py {median(r[ours] for r in rounds):.3f} GiB/s, fio "
+              f"{median(r[theirs] for r in rounds):.3f} GiB/s, ratio {median(ratios):.3f} "
+              f"(rounds {min(ratios):.2f}-{max(ratios):.2f})")
+    last = rounds[-1]
+    for name, summary in (("write", last["kv_write"]), ("read", last["kv_read"])):
         cpu = summary["cpu_overhead"]
         stats = summary["cache_stats"]
         ops = stats["storage_write_ops"] if name == "write" else stats["storage_read_ops"]
