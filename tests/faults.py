@@ -72,6 +72,25 @@ def wait_for(ready: Callable[[], bool], seconds: float, child: subprocess.Popen 
         time.sleep(0.1)
 
 
+def inject(argv: list[str], env: dict[str, str], ready: Callable[[], bool], fault: Callable[[subprocess.Popen], None],
+           marker: str, start_s: float = 120, stop_s: float = 120) -> tuple[int, str, float]:
+    """Run argv as a child; once ready() (its work is under way) apply fault(child); wait for the
+    child to end and for no process naming marker to be left. Returns (exit code, stderr,
+    seconds from the fault until all of it was gone). The child never outlives the call."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(ready, start_s, child)
+        fault(child)
+        injected = time.monotonic()
+        _, err = child.communicate(timeout=stop_s)
+        wait_for(lambda: not leftover(marker), 30, message=lambda: leftover(marker))
+        return child.returncode, err, time.monotonic() - injected
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
 @contextlib.contextmanager
 def small_fs(path: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
     """A tmpfs of `size` (and `inodes`) mounted at path for the block: a disk that fills up."""

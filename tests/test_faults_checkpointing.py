@@ -15,8 +15,7 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import (assert_failed_leaf, assert_incomplete_everywhere, leftover, pids_matching, small_fs,
-                    wait_for)
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs
 
 SMALL = ["model.num_layers=2", "model.hidden_size=256", "model.ffn_hidden_size=512", "model.vocab_size=4096",
          "model.num_attention_heads=8", "model.num_kv_heads=2", "checkpoint.time_between_checkpoints=0"]
@@ -51,23 +50,12 @@ SIGNALS = [(signal.SIGTERM, 8, "SIGTERM")] + ([(signal.SIGINT, 8, "interrupted")
 @pytest.mark.parametrize("sig, code, failure", SIGNALS)
 def test_signal_to_mlpstorage_mid_run(results, other_fs_dir, tmp_path, sig, code, failure):
     env = subprocess_env(tmp_path)
-    child = subprocess.Popen(slow_run(results, other_fs_dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        wait_for(lambda: len(engine_ranks(other_fs_dir)) >= 2, 90, child)
-        child.send_signal(sig)
-        sent = time.monotonic()
-        _, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    assert child.returncode == code, err
+    rc, err, took = inject(slow_run(results, other_fs_dir), env, lambda: len(engine_ranks(other_fs_dir)) >= 2,
+                           lambda child: child.send_signal(sig), str(other_fs_dir))
+    assert rc == code, err
     assert took < 30, f"took {took:.1f} s to stop"
     (leaf,) = leaves(results)
     assert_failed_leaf(leaf, code, failure)
-    assert leftover(str(other_fs_dir)) == []
     # the next run is unaffected
     res = subprocess.run(argv(results, other_fs_dir, 1, 1), env=env, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr
@@ -75,43 +63,23 @@ def test_signal_to_mlpstorage_mid_run(results, other_fs_dir, tmp_path, sig, code
 
 
 def test_sigkill_to_one_engine_rank(results, other_fs_dir, tmp_path):
-    env = subprocess_env(tmp_path)
-    child = subprocess.Popen(slow_run(results, other_fs_dir), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        wait_for(lambda: len(engine_ranks(other_fs_dir)) >= 2, 90, child)
-        os.kill(engine_ranks(other_fs_dir)[-1], signal.SIGKILL)
-        killed = time.monotonic()
-        _, err = child.communicate(timeout=90)
-        took = time.monotonic() - killed
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    assert child.returncode == 6, err
+    rc, err, took = inject(slow_run(results, other_fs_dir), subprocess_env(tmp_path),
+                           lambda: len(engine_ranks(other_fs_dir)) >= 2,
+                           lambda child: os.kill(engine_ranks(other_fs_dir)[-1], signal.SIGKILL), str(other_fs_dir))
+    assert rc == 6, err
     assert took < 60
     (leaf,) = leaves(results)
     assert_failed_leaf(leaf, 6, "checkpoint engine")
-    assert leftover(str(other_fs_dir)) == []
     record("fault", 1, 1, benchmark="checkpointing", fault="SIGKILL rank", seconds=round(took, 1))
 
 
 def test_sigkill_to_mlpstorage_leaves_an_incomplete_leaf(results, other_fs_dir, tmp_path):
+    """The engine dies with mlpstorage (its launcher gets SIGTERM when its parent dies)."""
     env = subprocess_env(tmp_path)
-    child = subprocess.Popen(slow_run(results, other_fs_dir), env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: len(engine_ranks(other_fs_dir)) >= 2, 90, child)
-        child.kill()
-        child.wait(timeout=10)
-        killed = time.monotonic()
-        # the engine dies with it (the launcher gets SIGTERM when its parent dies)
-        wait_for(lambda: not leftover(str(other_fs_dir)), 30)
-        took = time.monotonic() - killed
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
+    rc, _, took = inject(slow_run(results, other_fs_dir), env, lambda: len(engine_ranks(other_fs_dir)) >= 2,
+                         lambda child: child.kill(), str(other_fs_dir))
+    assert rc == -signal.SIGKILL
+    assert took < 30
     (leaf,) = leaves(results)
     assert not list(leaf.glob("*_metadata.json")), "a killed run cannot have written its metadata"
     assert_incomplete_everywhere(results, leaf, env)

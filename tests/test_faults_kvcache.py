@@ -16,7 +16,7 @@ import yaml
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, assert_incomplete_everywhere, leftover, pids_matching, small_fs, wait_for
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs
 from test_kvcache_cli import SMALL
 
 pytestmark = pytest.mark.heavy
@@ -39,50 +39,23 @@ def ranks(cache: Path) -> list[int]:
     return pids_matching("kv-cache.py", str(cache))
 
 
-def start(args: list[str], env: dict[str, str], cache: Path) -> subprocess.Popen:
-    child = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: len(ranks(cache)) >= 2, 90, child)
-    return child
-
-
-def test_sigkill_to_one_rank(results, other_fs_dir, small_config, tmp_path):
+@pytest.mark.parametrize("fault", ["SIGKILL rank", "SIGKILL mlpstorage"])
+def test_sigkill_mid_run(results, other_fs_dir, small_config, tmp_path, fault):
     env = subprocess_env(tmp_path)
     cache = other_fs_dir / "kv"
-    child = start(argv(results, cache, small_config, 30), env, cache)
-    try:
-        os.kill(ranks(cache)[-1], signal.SIGKILL)
-        killed = time.monotonic()
-        _, err = child.communicate(timeout=90)
-        took = time.monotonic() - killed
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    assert child.returncode == 6, err
-    assert took < 60
+    kill = (lambda child: os.kill(ranks(cache)[-1], signal.SIGKILL)) if fault == "SIGKILL rank" else \
+        (lambda child: child.kill())
+    rc, err, took = inject(argv(results, cache, small_config, 30), env, lambda: len(ranks(cache)) >= 2, kill, str(cache))
+    assert took < 60, f"{took:.1f} s to stop"
     (leaf,) = all_leaves(results)
-    assert_failed_leaf(leaf, 6, "")
-    assert leftover(str(cache)) == []
-    record("fault", 1, 1, benchmark="kvcache", fault="SIGKILL rank", seconds=round(took, 1))
-
-
-def test_sigkill_to_mlpstorage(results, other_fs_dir, small_config, tmp_path):
-    env = subprocess_env(tmp_path)
-    cache = other_fs_dir / "kv"
-    child = start(argv(results, cache, small_config, 30), env, cache)
-    try:
-        child.kill()
-        child.wait(timeout=10)
-        killed = time.monotonic()
-        wait_for(lambda: not leftover(str(cache)), 30, message=lambda: leftover(str(cache)))
-        took = time.monotonic() - killed
-    finally:
-        if child.poll() is None:
-            child.kill()
-    (leaf,) = all_leaves(results)
-    assert not list(leaf.glob("*_metadata.json"))
-    assert_incomplete_everywhere(results, leaf, env)
-    record("fault", 1, 1, benchmark="kvcache", fault="SIGKILL mlpstorage", seconds=round(took, 1))
+    if fault == "SIGKILL rank":
+        assert rc == 6, err
+        assert_failed_leaf(leaf, 6, "")
+    else:
+        assert rc == -signal.SIGKILL
+        assert not list(leaf.glob("*_metadata.json"))
+        assert_incomplete_everywhere(results, leaf, env)
+    record("fault", 1, 1, benchmark="kvcache", fault=fault, seconds=round(took, 1))
 
 
 def test_cache_directory_fills_up(results, small_config, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, assert_incomplete_everywhere, leftover, pids_matching, small_fs, wait_for
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, leftover, pids_matching, small_fs
 
 pytestmark = pytest.mark.heavy
 
@@ -43,32 +43,19 @@ FAULTS = ["SIGTERM", "SIGKILL rank", "SIGKILL mlpstorage"] if os.environ.get("ML
 @pytest.mark.parametrize("fault", FAULTS)
 def test_fault_mid_datagen(results, other_fs_dir, tmp_path, fault):
     env = subprocess_env(tmp_path)
-    child = subprocess.Popen(datagen(results, other_fs_dir, 4000), env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: len(dlio_ranks(results)) >= 2, 120, child)
-        if fault == "SIGTERM":
-            child.send_signal(signal.SIGTERM)
-        elif fault == "SIGKILL rank":
-            os.kill(dlio_ranks(results)[-1], signal.SIGKILL)
-        else:
-            child.kill()
-        sent = time.monotonic()
-        _, err = child.communicate(timeout=90)
-        wait_for(lambda: not leftover(str(results)), 30, message=lambda: leftover(str(results)))
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
+    faults = {"SIGTERM": lambda child: child.send_signal(signal.SIGTERM),
+              "SIGKILL rank": lambda child: os.kill(dlio_ranks(results)[-1], signal.SIGKILL),
+              "SIGKILL mlpstorage": lambda child: child.kill()}
+    rc, err, took = inject(datagen(results, other_fs_dir, 4000), env, lambda: len(dlio_ranks(results)) >= 2,
+                           faults[fault], str(results))
     assert took < 60, f"{took:.1f} s to stop"
     (leaf,) = all_leaves(results)
     if fault == "SIGKILL mlpstorage":
-        assert child.returncode == -signal.SIGKILL
+        assert rc == -signal.SIGKILL
         assert_incomplete_everywhere(results, leaf, env)
     else:
         code = 8 if fault == "SIGTERM" else 6
-        assert child.returncode == code, err
+        assert rc == code, err
         assert_failed_leaf(leaf, code, "SIGTERM" if fault == "SIGTERM" else "")
     assert generated(other_fs_dir) < 4000
     # the next datagen (with --overwrite: the interrupted one left files) is unaffected
