@@ -296,11 +296,17 @@ class Engine:
                     "tokens": result.tokens})
         return result.timing.total
 
-    def _write(self, key: str, tokens: int, kind: str, ops: list[dict[str, Any]]) -> float:
-        """A write holds one of the --max-concurrent-allocs slots (reads hold none)."""
+    def _write(self, key: str, tokens: int, kind: str, ops: list[dict[str, Any]]) -> float | None:
+        """A write holds one of the --max-concurrent-allocs slots (reads hold none); None when
+        the run ended while it waited for one (so waiting writers add no tail after the deadline)."""
         slots = self._write_slots
         if slots is not None:
-            slots.acquire()
+            while not slots.acquire(timeout=0.05):
+                if time.perf_counter() >= self.deadline:
+                    return None
+            if time.perf_counter() >= self.deadline:
+                slots.release()
+                return None
         with self._inflight_lock:
             self._writing += 1
             self._peak_writing = max(self._peak_writing, self._writing)
@@ -357,7 +363,11 @@ class Engine:
                 truncated = True
                 break
             if op == "write":
-                io += self._write(key, tokens, kind, ops)
+                spent = self._write(key, tokens, kind, ops)
+                if spent is None:
+                    truncated = True
+                    break
+                io += spent
             else:
                 io += self._read(key, kind, ops)
                 if kind == "decode":
