@@ -156,11 +156,20 @@ def coverage_text() -> str:
 
 
 def result_of(pkg: Package, path: str) -> str:
-    """The result (workload directory, Rules 1.3) a finding belongs to, or 'package'."""
-    for result in pkg.results():
-        if path == str(result) or path.startswith(str(result) + "/"):
-            return str(result.relative_to(pkg.root))
-    return "package"
+    """The result (workload directory, Rules 1.3) a finding belongs to, or 'package': the
+    outermost result directory among the path and its parents. The results are indexed once
+    per package (asking pkg.results() per finding made validate quadratic: 80 s for 10,000
+    leaves with 3,861 findings)."""
+    cached = getattr(pkg, "_result_names", None)  # (leaf count it was built for, {path: name})
+    if cached is None or cached[0] != len(pkg.leaves):
+        cached = (len(pkg.leaves), {str(r): str(r.relative_to(pkg.root)) for r in pkg.results()})
+        pkg._result_names = cached  # type: ignore[attr-defined]
+    names, found, probe = cached[1], "package", path
+    while probe:
+        found = names.get(probe, found)
+        parent = probe.rpartition("/")[0]
+        probe = parent if parent != probe else ""
+    return found
 
 
 def findings_text(pkg: Package, findings: list[Finding]) -> str:
