@@ -128,6 +128,10 @@ def test_first_error_line_of_each_launcher():
     bad_arg = ("[mpiexec@vm] match_arg (/mpich-5.0.2/src/pm/hydra/lib/utils/args.c:166): unrecognized argument nope\n"
                "[mpiexec@vm] main (/mpich-5.0.2/src/pm/hydra/mpiexec/mpiexec.c:49): error parsing parameters\n")
     assert first_error_line(bad_arg) == "[mpiexec@vm] unrecognized argument nope"
+    # Open MPI's ssh launcher warns when setpgid races its child; the rank's own error is the cause.
+    warned = ("[mlps-t-h1:04242] plm:ssh: Warning: setpgid(4243, 4243) failed in parent with errno=Permission denied\n"
+              "kv-cache.py: error: cannot write /cache/x.npy: [Errno 28] No space left on device\n")
+    assert first_error_line(warned).startswith("kv-cache.py: error: cannot write")
 
 
 def test_a_program_that_is_no_launcher_is_a_launch_failure(cli, results, tmp_path):

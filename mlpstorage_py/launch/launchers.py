@@ -135,7 +135,10 @@ def default_libmpi_prefix() -> Path:
 
 # -- reading a launcher's failure ----------------------------------------------------------
 # Lines that are a launcher's own trace or banner rather than the cause of a failure.
+# A launcher's own warnings ("[h:pid] plm:ssh: Warning: setpgid ... Permission denied") are noise
+# too: they name a harmless condition, never why the job failed.
 _NOISE = re.compile(r"^(\[mpiexec@[^\]]*\]|\[proxy:[^\]]*\]|-{5,}|={5,}|\*{5,}|prterun noticed|mpirun noticed|"
+                    r"(\[[^\]]*\]\s*)?[\w-]+:[\w-]+: Warning\b|"
                     r"Primary job|srun: Job step aborted|srun: launch/slurm: _step_signal|"
                     r"srun: error: Timed out waiting for job step|srun: cluster configuration lacks support|"
                     r"srun: Job \d+ step creation|srun: Step created|\s*$)")
