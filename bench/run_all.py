@@ -107,7 +107,7 @@ def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[s
          checkpoint_rows),
         ("validate_speed", ["validate_speed.py", "--leaves", "10000"], validate_rows(10_000)),
         ("training_overhead", ["training_overhead.py", "--runs", "3"], training_rows),
-        ("vectordb_overhead", ["vectordb_overhead.py"], vectordb_rows),
+        ("vectordb_overhead", ["vectordb_overhead.py", "--repeat", "5"], vectordb_rows),
         ("kvcache_vs_fio", ["kvcache_vs_fio.py"], kvcache_rows),
     ]
     if full:
