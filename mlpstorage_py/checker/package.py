@@ -92,7 +92,8 @@ class Leaf:
 
     @functools.cached_property
     def stamped_edition(self) -> str:
-        return (self.provenance or {}).get("rules_edition", "unknown")
+        edition = (self.provenance or {}).get("rules_edition")
+        return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
 
 
 @functools.cache

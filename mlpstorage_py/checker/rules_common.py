@@ -13,6 +13,13 @@ from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
 
 
+def section(stamp: dict, key: str) -> dict:
+    """One object of a provenance stamp; a value of another type reads as empty (its own rule
+    reports the malformed stamp), so a wrong type is never a crash."""
+    value = stamp.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 @rule("2.1.2", "topLevelSubdirectories")
 def top_level(pkg: Package) -> Iterable[Finding]:
     """Top level holds closed/ and/or open/, code-images/, dot entries and marked org pools only."""
@@ -113,8 +120,8 @@ def leaf_provenance(pkg: Package) -> Iterable[Finding]:
             yield finding("PROV-01", INVALID, leaf.path, f"provenance does not parse: {stamp['__unreadable__']}")
             continue
         pointer = (leaf.pointer or "").strip()
-        if stamp.get("tool", {}).get("code_image") != pointer:
-            yield finding("PROV-01", INVALID, leaf.path, f"provenance names {stamp.get('tool', {}).get('code_image')}, pointer says {pointer}")
+        if section(stamp, "tool").get("code_image") != pointer:
+            yield finding("PROV-01", INVALID, leaf.path, f"provenance names {section(stamp, 'tool').get('code_image')}, pointer says {pointer}")
 
 
 @rule("PROV-02", "submissionManifest")
@@ -188,7 +195,7 @@ def comparability_class(pkg: Package) -> Iterable[Finding]:
         stamp = leaf.provenance
         if leaf.command != "run" or not stamp or "__unreadable__" in stamp:
             continue
-        digest = stamp.get("core_config", {}).get("hash", "unknown")
+        digest = str(section(stamp, "core_config").get("hash", "unknown"))
         if digest == "unknown":
             continue
         accelerator = (leaf.metadata or {}).get("accelerator")
@@ -207,7 +214,7 @@ def dlio_revision(pkg: Package) -> Iterable[Finding]:
         if leaf.command != "run" or not stamp or leaf.benchmark not in ("training", "checkpointing"):
             continue
         accepted = tables.edition(leaf.stamped_edition).get("dlio_revisions", []) if leaf.stamped_edition in tables.editions()["editions"] else []
-        commit = stamp.get("dlio", {}).get("commit", "unknown")
+        commit = str(section(stamp, "dlio").get("commit", "unknown"))
         if commit != "n/a" and commit not in accepted:
             yield finding("EDN-03", WARNING, leaf.path, f"DLIO commit {commit} is not an accepted {leaf.stamped_edition} revision")
 
@@ -232,7 +239,7 @@ def storage_library_version(pkg: Package) -> Iterable[Finding]:
         if leaf.command != "run" or not stamp or "__unreadable__" in stamp:
             continue
         library = stamp.get("storage_library")
-        name = library.get("name") if isinstance(library, dict) else None
+        name = str(library.get("name") or "") if isinstance(library, dict) else None
         if not name or name == "none":
             continue  # a file run: no client storage library
         edition = leaf.stamped_edition

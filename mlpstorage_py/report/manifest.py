@@ -7,6 +7,7 @@ from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
 from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.rules_common import section
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 
@@ -29,7 +30,7 @@ def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
             "accelerator": (leaf.metadata or {}).get("accelerator") or "n/a",
             "system": leaf.system,
             "rules_edition": leaf.stamped_edition,
-            "core_config_hash": stamp.get("core_config", {}).get("hash", "unknown"),
+            "core_config_hash": str(section(stamp, "core_config").get("hash", "unknown")),
             "code_image": (leaf.pointer or "unknown").strip(),
             "stamp": f"{path}/provenance.json" if leaf.provenance else "derived",
         })
@@ -48,8 +49,8 @@ def build(pkg: Package, division: str, org: str, org_dir: Path) -> dict[str, Any
         "rules_edition": RULES_EDITION,
         "layout_version": LAYOUT_VERSION,
         "generated_by": f"mlpstorage {__version__}",
-        "tool_versions": sorted({s.get("tool", {}).get("version", "unknown") for s in stamps}),
-        "dlio_commits": sorted({s.get("dlio", {}).get("commit", "unknown") for s in stamps}),
+        "tool_versions": sorted({str(section(s, "tool").get("version", "unknown")) for s in stamps}),
+        "dlio_commits": sorted({str(section(s, "dlio").get("commit", "unknown")) for s in stamps}),
         "systems": systems,
         "leaves": leaves,
         "code_images": [{"pointer": p, "directory": f"{code_image.POOL_DIR}/code-{p.split(':')[-1][:8]}"} for p in images],

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from mlpstorage_py.checker.package import Leaf, Package
-from mlpstorage_py.checker.rules_common import leaf_class
+from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, manifest, table
 from mlpstorage_py.results.io import atomic_write_text
@@ -43,7 +43,7 @@ def _edition_and_class(leaves: list[Leaf], declared: str) -> tuple[str, str | No
     classes = set()
     for leaf in leaves:
         stamp = leaf.provenance or {}
-        digest = (stamp.get("core_config") or {}).get("hash", "unknown")
+        digest = str(section(stamp, "core_config").get("hash", "unknown"))
         classes.add(leaf_class(leaf.division, leaf.benchmark, leaf.model, (leaf.metadata or {}).get("accelerator"),
                                edition, digest))
     return edition, classes.pop() if len(classes) == 1 and None not in classes else None
@@ -140,7 +140,7 @@ def generate(root: Path) -> list[Path]:
     per_org: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     prefix = f"v{editions()['current_edition']}"
     for (division, org, workload), leaves in sorted(_group(pkg).items()):
-        row, detail = _row(pkg, division, org, leaves)
+        row, detail = _shaped(lambda: _row(pkg, division, org, leaves), workload)
         per_org[(division, org)].append((row, detail, workload, leaves[0].benchmark))
     for division, org, org_dir in pkg.orgs:
         entries = per_org.get((division, org), [])
@@ -152,14 +152,27 @@ def generate(root: Path) -> list[Path]:
             written.append(_write(target / "results.json", json.dumps({"rows": [row], **detail}, indent=2, default=str)))
             rows.append(row)
         results = org_dir / "results"
+        if results.is_symlink() or (results.exists() and not results.is_dir()):
+            raise ConfigurationError(f"{results} is not a directory; reportgen writes the organization's tables there")
         results.mkdir(parents=True, exist_ok=True)
         written.append(_write(results / "results.json", json.dumps({"columns": table.COLUMNS, "rows": rows}, indent=2, default=str)))
         written.append(_write(results / "results.csv", table.to_csv(rows)))
         if ids:
             written.append(_write(results / PUBLIC_IDS, json.dumps(ids, indent=2, sort_keys=True)))
         written.append(_write(org_dir / "submission.yaml",
-                              yaml.safe_dump(manifest.build(pkg, division, org, org_dir), sort_keys=False)))
+                              yaml.safe_dump(_shaped(lambda: manifest.build(pkg, division, org, org_dir), org_dir),
+                                             sort_keys=False)))
     return written
+
+
+def _shaped(compute: Callable[[], Any], where: Path) -> Any:
+    """A table computed from the records, or one line saying a record's shape is wrong (validate
+    names the record), never an internal error."""
+    try:
+        return compute()
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise ConfigurationError(f"cannot compute the tables of {where}: a record has an unexpected shape "
+                                 f"({type(exc).__name__}: {exc}); `mlpstorage validate` names it") from None
 
 
 def _write(path: Path, text: str) -> Path:

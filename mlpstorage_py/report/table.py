@@ -42,7 +42,7 @@ def system_columns(org_dir: Path, system: str) -> dict[str, Any]:
     data = files.yaml_or_unreadable(path) if files.kind_of(path) == files.FILE else None
     try:
         return _sut_columns(data if isinstance(data, dict) else {}, system)
-    except (AttributeError, TypeError, ValueError):  # wrong types inside the description
+    except (AttributeError, TypeError, ValueError, OverflowError):  # wrong types inside the description
         return _sut_columns({}, system)
 
 

@@ -60,14 +60,14 @@ def tree_files(root: Path) -> list[str]:
                     yield child
 
     found.extend(walk(root, ""))
-    return sorted(found, key=lambda p: p.encode("utf-8"))
+    return sorted(found, key=lambda p: p.encode("utf-8", "surrogateescape"))
 
 
 def tree_hash(root: Path) -> str:
     """MD5 over (relative path, content) of every covered file, in sorted order."""
     digest = hashlib.md5()
     for rel in tree_files(root):
-        digest.update(rel.encode("utf-8"))
+        digest.update(rel.encode("utf-8", "surrogateescape"))  # a name that is not UTF-8: its own bytes
         with open(root / rel, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)

@@ -46,8 +46,12 @@ def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
     path = results_dir / SENTINEL
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"{path} is not a valid results sentinel ({type(exc).__name__}: "
+                                 f"{' '.join(str(exc).split())[:200]})") from None
     if not isinstance(data, dict) or "orgname" not in data:
         raise ConfigurationError(f"{path} is not a valid results sentinel (no orgname)")
     return data
