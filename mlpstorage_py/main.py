@@ -14,7 +14,6 @@ from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
 from mlpstorage_py.cli import build_parser
 from mlpstorage_py.cli.common import OPEN_ONLY_FLAGS
 from mlpstorage_py.errors import Interrupted, MlpsError, NotAvailable, UsageError
-from mlpstorage_py.results.logs import setup_console
 
 # Benchmark name on the command line -> "module:Class" (imported only when used).
 BENCHMARKS = {
@@ -36,11 +35,21 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise Interrupted("terminated by SIGTERM")
 
 
+def _prints_only(argv: list[str]) -> bool:
+    """`version`, and help with no command named: they print and log nothing, so they start
+    without the logging machinery (tests/test_cli_startup.py keeps them light)."""
+    command = next((token for token in argv if not token.startswith("-")), None)
+    return command == "version" or (command is None and any(t in ("-h", "--help") for t in argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    setup_console(debug=debug, verbose="--verbose" in argv)
+    if not _prints_only(argv):
+        from mlpstorage_py.results.logs import setup_console  # logging: for commands that log
+
+        setup_console(debug=debug, verbose="--verbose" in argv)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return dispatch(argv, started)
