@@ -321,7 +321,8 @@ def result_aggregation(pkg: Package) -> Iterable[Finding]:
         data, problem = load_json(path)
         if problem:
             continue  # 2.1.22 reports a missing or unreadable results.json
-        rows = [r for r in (data.get("rows") if isinstance(data, dict) else None) or [] if isinstance(r, dict)]
+        listed = data.get("rows") if isinstance(data, dict) else None
+        rows = [r for r in (listed if isinstance(listed, list) else []) if isinstance(r, dict)]
         rows = [r for r in rows if any(column in r for column in FIGURES)]
         if not rows:
             yield finding("4.3.6", INFO, path, "results.json holds no Checkpointing figures to compare with the runs")

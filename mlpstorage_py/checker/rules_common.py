@@ -254,7 +254,7 @@ def storage_library_version(pkg: Package) -> Iterable[Finding]:
 def _ids(path: Path) -> set[str]:
     data = files.json_or_unreadable(path)
     rows = data.get("rows") if isinstance(data, dict) else None
-    return {r["Public ID"] for r in rows or [] if isinstance(r, dict) and r.get("Public ID")}
+    return {str(r["Public ID"]) for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict) and r.get("Public ID")}
 
 
 def _workload_tables(results: Path) -> Iterable[Path]:

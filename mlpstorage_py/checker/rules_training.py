@@ -50,8 +50,9 @@ def datasize_usage(pkg: Package) -> Iterable[Finding]:
         if leaf.broken("metadata"):
             yield finding("3.1.1", INVALID, leaf.path, f"the run's metadata cannot be read: {leaf.broken('metadata')}")
             continue
+        params = meta.get("parameters")
         missing = [name for name, ok in (("args", isinstance(meta.get("args"), dict)),
-                                         ("parameters.dataset", isinstance((meta.get("parameters") or {}).get("dataset"), dict)))
+                                         ("parameters.dataset", isinstance(params, dict) and isinstance(params.get("dataset"), dict)))
                    if not ok]
         if missing:
             yield finding("3.1.1", INVALID, leaf.path, f"run metadata lacks the {' and '.join(missing)} block(s)")
@@ -75,9 +76,9 @@ def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
                 yield finding("3.1.2", INVALID, leaf.path, f"cannot recompute the dataset size: {leaf.broken(what)}")
         if not meta or not summary or leaf.broken("metadata") or leaf.broken("summary"):
             continue
-        params = meta.get("parameters") or {}
-        dataset, reader = params.get("dataset") or {}, params.get("reader") or {}
         try:
+            params = meta.get("parameters") or {}
+            dataset, reader = params.get("dataset") or {}, params.get("reader") or {}
             needed = min_total_files(
                 batch_size=int(reader["batch_size"]), accelerators=int(summary["num_accelerators"]),
                 host_memory_gb=[float(m) for m in summary["host_memory_GB"]],
@@ -86,7 +87,7 @@ def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
                 steps=int(_checker_block(leaf)["training_steps_per_epoch"]),
                 multiplier=int(_checker_block(leaf)["training_host_memory_multiplier"]))
             used = int(dataset["num_files_train"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ZeroDivisionError) as exc:
             yield finding("3.1.2", INVALID, leaf.path, f"cannot recompute the dataset size: missing or bad {exc}")
             continue
         if used < needed:
@@ -171,7 +172,9 @@ def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
         if generated and all(g is not None for g in generated) and used > max(generated):
             yield finding("3.3.1", INVALID, run.path, f"run used {used} files, datagen made only {max(generated)}")
         declared = (run.metadata or {}).get("datagen_manifest_file")
-        if declared:
+        if declared and not isinstance(declared, str):
+            yield finding("3.3.1", INVALID, run.path, f"metadata's datagen_manifest_file is a {type(declared).__name__}, not a file name")
+        elif declared:
             path = run.path / declared
             manifest = read_json_file(path)
             if manifest is None:
@@ -254,7 +257,8 @@ def node_capability(pkg: Package) -> Iterable[Finding]:
             values = [v for v in values if isinstance(v, (int, float)) and v > 0]
             if len(values) > 1 and max(values) / min(values) > 1.5:
                 yield finding("3.3.7", WARNING, run.path, f"client {label} differ by {max(values) / min(values):.2f}x (> 1.5)")
-        issues = ((run.metadata or {}).get("system_info") or {}).get("host_consistency_issues")
+        info = (run.metadata or {}).get("system_info")
+        issues = info.get("host_consistency_issues") if isinstance(info, dict) else None
         if issues:
             yield finding("3.3.7", WARNING, run.path, f"host consistency issues recorded: {issues}")
 

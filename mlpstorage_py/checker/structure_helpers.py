@@ -61,12 +61,10 @@ def as_int(value: Any) -> int | None:
 def as_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+    if isinstance(value, (int, float, str)):
         try:
             return float(value)
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or an integer beyond any float
             return None
     return None
 
