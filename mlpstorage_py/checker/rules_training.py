@@ -104,7 +104,7 @@ def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
         if leaf.broken("summary"):
             yield finding("3.3.2", INVALID, leaf.path, f"no AU to check: {leaf.broken('summary')}")
             continue
-        metric = summary.get("metric") or {}
+        metric = summary.get("metric") if isinstance(summary.get("metric"), dict) else {}
         minimum = _checker_block(leaf)["training_au_thresholds"].get(leaf.model)
         au = metric.get("train_au_mean_percentage")
         if au is None and metric.get("train_au_percentage"):
@@ -125,7 +125,7 @@ def _dataset(leaf: Leaf) -> dict:
 def _int(value: object) -> int | None:
     try:
         return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 
