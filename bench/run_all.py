@@ -94,8 +94,11 @@ def vectordb_rows(out: str, _: Path) -> list[Row]:
 def kvcache_rows(out: str, _: Path) -> list[Row]:
     rows = []
     for phase in ("write", "read"):
-        ours, fio, ratio = (float(x) for x in re.findall(rf"^{phase}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", out,
-                                                         re.MULTILINE)[-1])
+        # "median write: kv-cache.py A GiB/s, fio B GiB/s, ratio C" (rounds), else the table row "write A B C"
+        found = (re.findall(rf"^median {phase}: kv-cache\.py ([0-9.]+) GiB/s, fio ([0-9.]+) GiB/s, ratio ([0-9.]+)",
+                            out, re.MULTILINE)
+                 or re.findall(rf"^{phase}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", out, re.MULTILINE))
+        ours, fio, ratio = (float(x) for x in found[-1])
         rows.append(Row("kvcache_vs_fio", f"{phase} / fio", ours, fio, ratio, AT_LEAST, 0.7, "GiB/s"))
     return rows
 
