@@ -132,6 +132,8 @@ def test_first_error_line_of_each_launcher():
     warned = ("[mlps-t-h1:04242] plm:ssh: Warning: setpgid(4243, 4243) failed in parent with errno=Permission denied\n"
               "kv-cache.py: error: cannot write /cache/x.npy: [Errno 28] No space left on device\n")
     assert first_error_line(warned).startswith("kv-cache.py: error: cannot write")
+    bare = "ssh: Warning: setpgid(11498,11498) failed in parent with errno=Permission denied(13)\n" + hydra
+    assert first_error_line(bare).startswith("ssh: Could not resolve hostname nosuch")
 
 
 def test_a_program_that_is_no_launcher_is_a_launch_failure(cli, results, tmp_path):

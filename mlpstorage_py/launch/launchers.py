@@ -138,7 +138,7 @@ def default_libmpi_prefix() -> Path:
 # A launcher's own warnings ("[h:pid] plm:ssh: Warning: setpgid ... Permission denied") are noise
 # too: they name a harmless condition, never why the job failed.
 _NOISE = re.compile(r"^(\[mpiexec@[^\]]*\]|\[proxy:[^\]]*\]|-{5,}|={5,}|\*{5,}|prterun noticed|mpirun noticed|"
-                    r"(\[[^\]]*\]\s*)?[\w-]+:[\w-]+: Warning\b|"
+                    r"(\[[^\]]*\]\s*)?([\w-]+:)*[\w-]+: Warning\b|"
                     r"Primary job|srun: Job step aborted|srun: launch/slurm: _step_signal|"
                     r"srun: error: Timed out waiting for job step|srun: cluster configuration lacks support|"
                     r"srun: Job \d+ step creation|srun: Step created|\s*$)")
