@@ -62,8 +62,9 @@ def fixed_workload(pkg: Package) -> Iterable[Finding]:
                               "reach kv-cache.py, and the recorded invocations are judged instead")
 
 
-def _bundled(path: str | None) -> bool:
-    return path is None or path.replace("\\", "/").endswith(BUNDLED_CONFIG)
+def _bundled(path: object) -> bool:
+    """The bundled config (or none named); a config that is not a path string is not the bundled one."""
+    return path is None or (isinstance(path, str) and path.replace("\\", "/").endswith(BUNDLED_CONFIG))
 
 
 @rule("6.3.2.1", "kvcacheClosedSequenceLocks")
