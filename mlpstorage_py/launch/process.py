@@ -53,9 +53,12 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
 
 def _die_with_parent(parent: int) -> None:
     """In the child before exec: SIGTERM it when mlpstorage dies, even by SIGKILL (no teardown
-    of ours runs then), so the launcher stops its ranks instead of running on with parent 1."""
+    of ours runs then), so the launcher stops its ranks instead of running on with parent 1.
+    SIGPIPE is ignored: with mlpstorage gone its output pipes have no reader, and prterun's first
+    line about the signal would otherwise kill it before it forwards SIGTERM to the ranks."""
     if _LIBC is not None:
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if os.getppid() != parent:  # died before the request took effect
         os._exit(1)
 
