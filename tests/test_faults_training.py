@@ -46,8 +46,9 @@ def test_fault_mid_datagen(results, other_fs_dir, tmp_path, fault):
     faults = {"SIGTERM": lambda child: child.send_signal(signal.SIGTERM),
               "SIGKILL rank": lambda child: os.kill(dlio_ranks(results)[-1], signal.SIGKILL),
               "SIGKILL mlpstorage": lambda child: child.kill()}
-    rc, err, took = inject(datagen(results, other_fs_dir, 4000), env, lambda: len(dlio_ranks(results)) >= 2,
-                           faults[fault], str(results))
+    # the fault lands once the ranks are writing: DLIO's start-up is most of a datagen this small
+    rc, err, took = inject(datagen(results, other_fs_dir, 8000), env,
+                           lambda: len(dlio_ranks(results)) >= 2 and generated(other_fs_dir) > 0, faults[fault], str(results))
     assert took < 60, f"{took:.1f} s to stop"
     (leaf,) = all_leaves(results)
     if fault == "SIGKILL mlpstorage":
@@ -57,7 +58,7 @@ def test_fault_mid_datagen(results, other_fs_dir, tmp_path, fault):
         code = 8 if fault == "SIGTERM" else 6
         assert rc == code, err
         assert_failed_leaf(leaf, code, "SIGTERM" if fault == "SIGTERM" else "")
-    assert generated(other_fs_dir) < 4000
+    assert generated(other_fs_dir) < 8000
     # the next datagen (with --overwrite: the interrupted one left files) is unaffected
     res = subprocess.run(datagen(results, other_fs_dir, 8, "--overwrite"), env=env, capture_output=True, text=True,
                          timeout=300)
