@@ -1,5 +1,5 @@
 """`python -m mlpstorage_py` runs the CLI."""
 
-from mlpstorage_py.main import main
+from mlpstorage_py.main import console
 
-raise SystemExit(main())
+console()

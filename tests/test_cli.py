@@ -348,3 +348,19 @@ def test_history_rerun_from_another_directory(cli, tmp_path, monkeypatch):
     res = cli("history", "rerun", "1", "-rd", results)
     assert res.rc == 0, res.err
     assert len(workload_leaves(results)) == 2
+
+
+def test_a_reader_that_goes_away_early_is_not_an_error():
+    """`mlpstorage validate --list-rules | head -1`: the command stops quietly with exit 0."""
+    import fcntl
+    import os
+
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, 1031, 4096)  # F_SETPIPE_SZ: a pipe smaller than the listing
+    proc = subprocess.Popen([str(MLPSTORAGE), "validate", "--list-rules"], stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        assert reader.read(64)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert err == b""
