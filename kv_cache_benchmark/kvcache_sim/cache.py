@@ -42,22 +42,21 @@ class TierStats:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_read(self, nbytes: int, tokens: int, timing: IoTiming) -> None:
-        with self.lock:
-            self.bytes_read += nbytes
-            self.read_ops += 1
-            self.tokens_read += tokens
-        self.read_latency.add(timing.total)
-        self.read_device.add(timing.device)
-        self.read_host.add(timing.host)
+        self._record("read", nbytes, tokens, timing)
 
     def record_write(self, nbytes: int, tokens: int, timing: IoTiming) -> None:
+        self._record("write", nbytes, tokens, timing)
+
+    def _record(self, op: str, nbytes: int, tokens: int, timing: IoTiming) -> None:
+        """One operation's counters (under the lock) and its three latency spans."""
+        done = "read" if op == "read" else "written"
         with self.lock:
-            self.bytes_written += nbytes
-            self.write_ops += 1
-            self.tokens_written += tokens
-        self.write_latency.add(timing.total)
-        self.write_device.add(timing.device)
-        self.write_host.add(timing.host)
+            setattr(self, f"bytes_{done}", getattr(self, f"bytes_{done}") + nbytes)
+            setattr(self, f"{op}_ops", getattr(self, f"{op}_ops") + 1)
+            setattr(self, f"tokens_{done}", getattr(self, f"tokens_{done}") + tokens)
+        getattr(self, f"{op}_latency").add(timing.total)
+        getattr(self, f"{op}_device").add(timing.device)
+        getattr(self, f"{op}_host").add(timing.host)
 
     def reset(self) -> None:
         fresh = TierStats(self.name)

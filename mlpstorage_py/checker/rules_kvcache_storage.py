@@ -3,7 +3,6 @@ which holds the leaf model these rules read)."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.package import Package
@@ -12,7 +11,7 @@ from mlpstorage_py.checker.rules_kvcache import (
     FAMILY, GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _leaves, _same, _table,
     option_table)
 from mlpstorage_py.checker.rules_kvcache_workload import _autoscaling
-from mlpstorage_py.checker.structure_helpers import dig, system_description
+from mlpstorage_py.checker.structure_helpers import apart, dig, system_description
 from mlpstorage_py.rules import tables
 
 
@@ -24,11 +23,6 @@ def _cache_dirs(kv: Kv) -> list[tuple[str, str]]:
     found += [(f"Option {inv.option} trial {inv.trial} --cache-dir", inv.flags.get("cache-dir")) for inv in kv.invocations]
     found += [(f"{rf.where} cache_dir", rf.run.get("cache_dir")) for rf in kv.rank_files]
     return [(where, value) for where, value in found if isinstance(value, str) and value]
-
-
-def _apart(a: str, b: str) -> bool:
-    pa, pb = PurePosixPath(a), PurePosixPath(b)
-    return not (pa == pb or pa in pb.parents or pb in pa.parents)
 
 
 @rule("6.4.1", "kvcachePosixCacheDir")
@@ -44,7 +38,7 @@ def posix_cache_dir(pkg: Package) -> Iterable[Finding]:
             yield finding("6.4.1", INVALID, kv.rec.meta_path, "no --cache-dir recorded")
         if not results:
             yield finding("6.4.1", INVALID, kv.rec.meta_path, "no --results-dir recorded")
-        if cache and results and not _apart(str(cache), str(results)):
+        if cache and results and not apart(str(cache), str(results)):
             yield finding("6.4.1", INVALID, kv.rec.meta_path, f"--cache-dir {cache} and --results-dir {results} are not apart")
             continue
         probe, problem = kv.rec.fs_separation

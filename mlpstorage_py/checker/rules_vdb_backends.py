@@ -6,13 +6,12 @@ reader (Vdb) and the shared helpers live in vdb_leaves.
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.files import FILE, entries, read_text
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, Finding, finding, rule
-from mlpstorage_py.checker.structure_helpers import dig, sanctioned, system_description
+from mlpstorage_py.checker.structure_helpers import apart, dig, sanctioned, system_description
 from mlpstorage_py.checker.vdb_leaves import FAMILY, LOG_LIMIT, Vdb, _cannot, _leaves, _not_checked
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
@@ -25,11 +24,6 @@ OBJECT_TYPES = ("s3", "object", "minio", "gcs", "azure")
 def _api(pkg: Package, v: Vdb) -> str | None:
     sut, problem, _ = system_description(pkg, v.division, v.leaf.org, v.leaf.system)
     return None if problem else dig(sut, "solution", "architecture", "benchmark_API")
-
-
-def _apart(a: str, b: str) -> bool:
-    pa, pb = PurePosixPath(a), PurePosixPath(b)
-    return not (pa == pb or pa in pb.parents or pb in pa.parents)
 
 
 @rule("5.4.1", "vdbPathArgs")
@@ -48,7 +42,7 @@ def path_args(pkg: Package) -> Iterable[Finding]:
             yield finding("5.4.1", INVALID, v.path, "no storage root recorded (--storage-root, storage.storage_root)")
         if not results:
             yield finding("5.4.1", INVALID, v.rec.meta_path, "no results directory recorded (--results-dir)")
-        if root and results and not _apart(str(root), str(results)):
+        if root and results and not apart(str(root), str(results)):
             yield finding("5.4.1", INVALID, v.path, f"the storage root {root} and the results directory {results} are not different directories")
 
 

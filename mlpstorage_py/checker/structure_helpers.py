@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
 from mlpstorage_py.checker.files import DIR, FILE, entries, load_json, load_yaml, real_dir, visible
@@ -35,6 +35,12 @@ def leaf_time(name: str) -> datetime | None:
         return datetime.strptime(name, DATETIME_FORMAT)
     except ValueError:
         return None
+
+
+def apart(a: str, b: str) -> bool:
+    """Two recorded paths neither of which is, or is inside, the other (the rules' "separate")."""
+    pa, pb = PurePosixPath(a), PurePosixPath(b)
+    return not (pa == pb or pa in pb.parents or pb in pa.parents)
 
 
 def dig(data: Any, *keys: str) -> Any:
