@@ -19,8 +19,10 @@ prints one `MLPS-KVCACHE-PROBE {json}` line (rank, hostname, path, visible, deta
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -97,6 +99,16 @@ def kv_cache_argv(args: argparse.Namespace, forwarded: list[str], rank: int) -> 
             "--output", str(out_dir / f"kvcache_results_{stamp}.json"), "--cache-dir", str(cache_dir)]
 
 
+def die_with_parent() -> None:
+    """SIGTERM this rank (it survives the exec into kv-cache.py) the moment its launcher exits,
+    even a launcher that dies without passing a signal on: no rank runs on with parent 1."""
+    if sys.platform == "linux":
+        parent = os.getppid()
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     args, forwarded = parse(list(sys.argv[1:] if argv is None else argv))
     rank = detect_rank()
@@ -106,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         probe(args.probe_shared, args.probe_token, rank)
         return 0
     command = kv_cache_argv(args, forwarded, rank)
+    die_with_parent()
     sys.stdout.flush()
     os.execv(command[0], command)  # the rank becomes kv-cache.py: its exit status is the rank's
     return 127  # pragma: no cover

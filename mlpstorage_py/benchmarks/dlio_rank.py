@@ -132,4 +132,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from mlpstorage_py.launch.rank_guard import die_with_parent
+
+    die_with_parent()
     main(sys.argv[1:])

@@ -489,4 +489,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from mlpstorage_py.launch.rank_guard import die_with_parent
+
+    die_with_parent()
     sys.exit(main())

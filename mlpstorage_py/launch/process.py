@@ -10,7 +10,6 @@ SIGTERM while it waits on a host).
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shlex
@@ -23,12 +22,10 @@ from pathlib import Path
 from typing import IO
 
 from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
+from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
-# prctl(PR_SET_PDEATHSIG): loaded once here, so the forked child calls it without loading anything.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-PR_SET_PDEATHSIG = 1
 PROGRESS_EVERY_S = 15.0
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
@@ -56,8 +53,8 @@ def _die_with_parent(parent: int) -> None:
     of ours runs then), so the launcher stops its ranks instead of running on with parent 1.
     SIGPIPE is ignored: with mlpstorage gone its output pipes have no reader, and prterun's first
     line about the signal would otherwise kill it before it forwards SIGTERM to the ranks."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if LIBC is not None:  # loaded at import, so the forked child loads nothing
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if os.getppid() != parent:  # died before the request took effect
         os._exit(1)

@@ -123,4 +123,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
 
 
 if __name__ == "__main__":
+    from mlpstorage_py.launch.rank_guard import die_with_parent
+
+    die_with_parent()
     sys.exit(main(sys.argv[1]))
