@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlpstorage_py.launch.session_dirs import remove_stale
+
 LOCK_DIR = Path("/run/mlps-simhosts")
 HOSTS_FILE = Path("/etc/hosts")
 SUBNET = "10.213.{slot}"
@@ -231,6 +233,7 @@ class SimCluster:
                     pass
             _run("ip", "netns", "del", host.netns, check=False)
             _run("ip", "link", "del", host.veth, check=False)
+            remove_stale(hostname=host.name)  # session directories of its killed PRRTE daemons
         if self.bridge:
             _run("ip", "link", "del", self.bridge, check=False)
         self._edit_hosts_file(add=False)

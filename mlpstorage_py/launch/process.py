@@ -23,6 +23,7 @@ from typing import IO
 
 from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
 from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
+from mlpstorage_py.launch.session_dirs import remove_stale
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
@@ -68,6 +69,7 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
     stop the whole process tree if we are interrupted or `deadline_s` passes (then raise
     TimeoutExpired). Returns the exit code."""
     log.info(f"{label}: {shlex.join(argv)}")
+    remove_stale(env)  # a dead launcher's session directory would stop one given its PID
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         parent = os.getpid()
         child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -94,12 +96,14 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
                         log.info(f"{label}: running {time.monotonic() - started:.0f} s; last output: {last[0][:160]}")
         except BaseException:
             stop_tree(child)
+            remove_stale(env, {child.pid})
             raise
         finally:
             for pump in pumps:
                 pump.join(timeout=5)
     # A launcher can exit while children it started in their own groups live on.
     stop_tree(child)
+    remove_stale(env, {child.pid})
     log.info(f"{label}: exit {code} after {time.monotonic() - started:.1f} s")
     return code
 
