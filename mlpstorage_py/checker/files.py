@@ -23,15 +23,17 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from mlpstorage_py.checker import fast_yaml
+
 DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
 Entry = tuple[str, str, Path]
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: same data, much faster
+SAFE_LOADER = fast_yaml.LOADER  # libyaml when available: same data, much faster
 UNREADABLE = "__unreadable__"
 
 
 class _Listing(NamedTuple):
-    entries: tuple[Entry, ...]  # sorted by name
-    by_name: dict[str, Entry]
+    directory: Path
+    kinds: dict[str, str]  # name -> kind, in name order; the entries' Paths are made only when asked for
 
 
 class _Content(NamedTuple):
@@ -40,15 +42,16 @@ class _Content(NamedTuple):
     undecodable: UnicodeDecodeError | None  # what a strict UTF-8 read raises, when the bytes are not UTF-8
 
 
-# The caches are keyed by Path.parts: the rules build a new Path for every file they ask
-# about, and a tuple of its (already hashed) names is much cheaper to hash than a Path.
-Key = tuple[str, ...]
-_EMPTY = _Listing((), {})
+# The caches are keyed by the path's string: the rules build a new Path for every file they
+# ask about, a Path hashes far more slowly than its string, and os.open needs the string anyway.
+Key = str
 # The constructor Path.iterdir uses for a child of a listed directory, where this Python's
 # pathlib has it: several times cheaper than joining, which parses the name again.
 _child = getattr(Path, "_make_child_relpath", Path.joinpath)
-_root: Key | None = None  # the package root's parts, once a reading has started
+_root: Key | None = None  # the package root, once a reading has started
+_below: Key | None = None  # the root with a trailing separator: what every path below it starts with
 _listings: dict[Key, _Listing] = {}
+_entries: dict[Key, tuple[Entry, ...]] = {}
 _contents: dict[Key, _Content] = {}
 _json: dict[Key, tuple[Any, ValueError | None]] = {}
 _yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
@@ -57,16 +60,17 @@ _yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
 def start(root: Path) -> None:
     """Forget every listing and file: a new reading of the package at `root` (trusted as given;
     every symbolic link below it is reported, never followed)."""
-    global _root
-    _root = root.parts
-    for cache in (_listings, _contents, _json, _yaml):
+    global _root, _below
+    _root = str(root)
+    _below = _root if _root.endswith("/") else _root + "/"
+    for cache in (_listings, _entries, _contents, _json, _yaml):
         cache.clear()
 
 
 # --- listing -----------------------------------------------------------------------------
 
-def _below_root(parts: Key) -> bool:
-    return _root is not None and len(parts) > len(_root) and parts[:len(_root)] == _root
+def _below_root(key: Key) -> bool:
+    return _below is not None and key.startswith(_below) and len(key) > len(_below)
 
 
 def _listing(directory: Path, key: Key) -> _Listing:
@@ -78,12 +82,12 @@ def _listing(directory: Path, key: Key) -> _Listing:
             enterable = kind_of(directory) == DIR  # by its parent's listing: nothing below a link is listed
         else:
             enterable = kind_of(directory) != LINK  # outside the package: os.scandir would follow a link
-        found = _listings[key] = _scan(directory) if enterable else _EMPTY
+        found = _listings[key] = _Listing(directory, _scan(directory) if enterable else {})
     return found
 
 
-def _scan(directory: Path) -> _Listing:
-    found: list[Entry] = []
+def _scan(directory: Path) -> dict[str, str]:
+    found: list[tuple[str, str]] = []
     try:
         with os.scandir(directory) as scan:
             for entry in scan:  # none of these follows a link: a link is neither a file nor a directory here
@@ -95,16 +99,32 @@ def _scan(directory: Path) -> _Listing:
                     kind = LINK
                 else:
                     kind = OTHER
-                found.append((entry.name, kind, _child(directory, entry.name)))
+                found.append((entry.name, kind))
     except OSError:
-        return _EMPTY
+        return {}
     found.sort()
-    return _Listing(tuple(found), {e[0]: e for e in found})
+    return dict(found)
+
+
+def names(directory: Path) -> dict[str, str]:
+    """{name: kind} of a directory's entries in name order, without making a Path for each;
+    a linked directory lists as empty."""
+    return _listing(directory, str(directory)).kinds
 
 
 def entries(directory: Path) -> tuple[Entry, ...]:
     """(name, kind, path) of a directory's entries, sorted; a linked directory lists as empty."""
-    return _listing(directory, directory.parts).entries
+    key = str(directory)
+    found = _entries.get(key)
+    if found is None:
+        listing = _listing(directory, key)
+        found = _entries[key] = tuple((name, kind, _child(listing.directory, name)) for name, kind in listing.kinds.items())
+    return found
+
+
+def child(directory: Path, name: str) -> Path:
+    """directory / name, for a name from the directory's listing (not parsed again)."""
+    return _child(directory, name)
 
 
 def visible(directory: Path) -> list[Entry]:
@@ -115,13 +135,13 @@ def visible(directory: Path) -> list[Entry]:
 def kind_of(path: Path) -> str | None:
     """DIR, FILE, LINK or OTHER, None when there is no such entry: below the package root as
     the parent's listing has it (no system call), elsewhere by lstat."""
-    parts = path.parts
-    if _below_root(parts):
-        listing = _listings.get(parts[:-1]) or _listing(path.parent, parts[:-1])
-        entry = listing.by_name.get(parts[-1])
-        return entry[1] if entry is not None else None
+    key = str(path)
+    if _below_root(key):
+        parent, _, name = key.rpartition("/")
+        listing = _listings.get(parent) or _listing(path.parent, parent)
+        return listing.kinds.get(name)
     try:
-        mode = os.lstat(path).st_mode
+        mode = os.lstat(key).st_mode
     except OSError:
         return None
     return LINK if stat.S_ISLNK(mode) else DIR if stat.S_ISDIR(mode) else FILE if stat.S_ISREG(mode) else OTHER
@@ -148,7 +168,7 @@ def _decode(data: bytes) -> tuple[str, UnicodeDecodeError | None]:
     return text, problem
 
 
-def _read_bytes(path: Path, limit: int | None = None) -> bytes:
+def _read_bytes(path: str | Path, limit: int | None = None) -> bytes:
     """The file's bytes (at most `limit`), by descriptor: several times cheaper than open()."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -166,11 +186,11 @@ def _read_bytes(path: Path, limit: int | None = None) -> bytes:
 
 def _content(path: Path) -> _Content:
     """A regular file's text, read once (the caller has checked its kind)."""
-    key = path.parts
+    key = str(path)
     found = _contents.get(key)
     if found is None:
         try:
-            text, undecodable = _decode(_read_bytes(path))
+            text, undecodable = _decode(_read_bytes(key))
             found = _Content(text, None, undecodable)
         except OSError as exc:
             found = _Content(None, exc, None)
@@ -186,7 +206,7 @@ def read_text(path: Path, limit: int | None = None) -> tuple[str | None, str | N
         return None, f"{path.name} is a symbolic link (not followed)"
     if what != FILE:
         return None, f"{path.name} is missing"
-    if limit is not None and path.parts not in _contents:
+    if limit is not None and str(path) not in _contents:
         try:
             # Every character takes at most 4 bytes, so 4 * limit + 1 bytes decode to at least
             # `limit` whole characters; a character cut at the end lies beyond them.
@@ -222,7 +242,7 @@ def strict_text(path: Path) -> str | None:
 
 
 def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
-    key = path.parts
+    key = str(path)
     found = _json.get(key)
     if found is None:
         try:
@@ -337,11 +357,11 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
 
 
 def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
-    key = path.parts
+    key = str(path)
     found = _yaml.get(key)
     if found is None:
         try:
-            found = yaml.load(text, Loader=SAFE_LOADER), None
+            found = fast_yaml.load(text), None
         except yaml.YAMLError as exc:
             found = None, exc
         except RecursionError:

@@ -47,7 +47,7 @@ class Leaf:
     def glob(self, pattern: str) -> list[Path]:
         """Entries of the leaf whose names match a glob pattern, in name order."""
         matches = _glob_pattern(pattern)
-        return [path for name, _, path in files.entries(self.path) if matches(name)]
+        return [files.child(self.path, name) for name in files.names(self.path) if matches(name)]
 
     @functools.cached_property
     def metadata_files(self) -> list[Path]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from mlpstorage_py.checker.files import (
-    DIR, FILE, LINK, MAPPING, SEQUENCE, entries, kind_of, load_json, read_text, real_dir, visible, yaml_shape)
+    DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.structure_helpers import (
@@ -152,11 +152,11 @@ def checkpointing_gap(pkg: Package) -> Iterable[Finding]:
 
 
 def _leaf_files(leaf: Path, number: str, patterns: list[str], folders: list[str]) -> Iterable[Finding]:
-    listing = entries(leaf)
+    listing = names(leaf)
     for pattern in patterns:
-        regex = re.compile(pattern)
-        matched = [(n, k, p) for n, k, p in listing if regex.search(n)]
-        files = [(n, p) for n, k, p in matched if k == FILE]
+        search = re.compile(pattern).search
+        matched = [(n, k) for n, k in listing.items() if search(n)]
+        files = [(n, child(leaf, n)) for n, k in matched if k == FILE]
         if not files:
             why = f"{matched[0][0]} is a {matched[0][1]}, not a file" if matched else f"no file matching {pattern!r}"
             yield finding(number, INVALID, leaf, why)

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from mlpstorage_py.checker.files import DIR, FILE, LINK, OTHER, entries, read_text, real_dir, real_file, visible
+from mlpstorage_py.checker.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
 from mlpstorage_py.checker.package import DIVISIONS, Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
@@ -56,13 +56,13 @@ not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state
 def _symlinks(root: Path) -> Iterator[Path]:
     """Every symbolic link and special file (FIFO, socket, device) below the package root
     (top-level dot entries excluded), unfollowed and unopened."""
-    stack = visible(root)
+    stack = [(path, kind) for _, kind, path in visible(root)]
     while stack:
-        _, kind, path = stack.pop()
+        path, kind = stack.pop()
         if kind in (LINK, OTHER):
             yield path
         elif kind == DIR:
-            stack.extend(entries(path))
+            stack.extend((child(path, name), kind) for name, kind in names(path).items() if kind != FILE)
 
 
 def _leaf_dirs(pkg: Package) -> Iterator[tuple[str, Path]]:
@@ -111,7 +111,7 @@ def generated_hierarchy(pkg: Package) -> Iterable[Finding]:
         if rec.meta is None:
             yield finding("1.1", INVALID, rec.meta_path, f"{rec.meta_problem}: mlpstorage writes a readable metadata object")
             continue
-        many = [n for n, k, _ in rec.listing if n.endswith("_metadata.json")]
+        many = [n for n in names(leaf) if n.endswith("_metadata.json")]
         if len(many) > 1 and family in ("training", "checkpointing"):
             yield finding("1.1", INVALID, leaf, f"{len(many)} *_metadata.json files ({', '.join(many)}): one leaf, one record")
         recorded = rec.meta.get("benchmark_type")

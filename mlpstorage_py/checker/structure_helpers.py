@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from mlpstorage_py.checker.files import DIR, FILE, entries, load_json, load_yaml, real_dir, visible
+from mlpstorage_py.checker.files import DIR, FILE, child, entries, load_json, load_yaml, names, real_dir, visible
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.results.leaf import DATETIME_FORMAT
 from mlpstorage_py.rules import tables
@@ -103,15 +103,12 @@ class LeafRecord:
     def __init__(self, path: Path):
         self.path = path
 
-    @functools.cached_property
-    def listing(self) -> list[tuple[str, str, Path]]:
-        return entries(self.path)
-
     def _one(self, matches) -> tuple[Any, str | None, Path | None]:
-        files = [(n, k, p) for n, k, p in self.listing if matches(n)]
-        if not files:
+        found = next(((n, k) for n, k in names(self.path).items() if matches(n)), None)
+        if found is None:
             return None, "missing", None
-        name, kind, path = files[0]
+        name, kind = found
+        path = child(self.path, name)
         if kind != FILE:
             return None, f"{name} is a {kind}, not a file", path
         data, problem = load_json(path)

@@ -1,0 +1,90 @@
+"""YAML documents loaded as ``yaml.load(text, Loader=SafeLoader)`` loads them, several times faster.
+
+PyYAML's libyaml loader parses in C but composes a node for every scalar and resolves its tag in
+Python: a package's submission.yaml listing 10,000 leaves took 1.3 s to load, of which parsing
+was 0.14 s. Here the data is built straight from libyaml's parse events. A plain scalar whose
+first character no implicit resolver claims is a string without asking the resolver; every other
+scalar is resolved and constructed by PyYAML's own resolver and constructors, so its type and
+value are PyYAML's. Whatever this path does not handle itself (anchors, aliases, explicit tags,
+merge keys, unhashable keys, a second document, any error) is handed to yaml.load unchanged,
+which then gives the data or raises exactly as it always does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import yaml
+
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+STR, MAP, SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_CLAIMED = frozenset(k for k in LOADER.yaml_implicit_resolvers if k)  # first characters some resolver looks at
+_WILDCARD = None in LOADER.yaml_implicit_resolvers or bool(LOADER.yaml_path_resolvers)
+
+
+class _Unhandled(Exception):
+    """Something only the full loader decides."""
+
+
+def load(text: str) -> Any:
+    """The data of a single-document YAML text, or the exception yaml.load raises for it."""
+    try:
+        return _from_events(LOADER(text))
+    except (_Unhandled, yaml.YAMLError, TypeError, ValueError, RecursionError):
+        return yaml.load(text, Loader=LOADER)
+
+
+def _from_events(loader: Any) -> Any:
+    try:
+        get = loader.get_event
+        get()  # stream start
+        event = get()
+        if type(event) is yaml.StreamEndEvent:
+            return None
+        data = _node(loader, get, get())  # after the document start
+        get()  # document end
+        if type(get()) is not yaml.StreamEndEvent:
+            raise _Unhandled("more than one document")
+        return data
+    finally:
+        loader.dispose()
+
+
+def _node(loader: Any, get: Callable[[], Any], event: Any) -> Any:
+    """The value an event starts; events are told apart by exact type (libyaml makes no subclasses)."""
+    kind = type(event)
+    if kind is yaml.ScalarEvent:
+        return _scalar(loader, event)
+    if event.anchor is not None or event.tag not in (None, "!"):
+        raise _Unhandled("anchor, alias or explicit tag")
+    if kind is yaml.SequenceStartEvent:
+        items = []
+        event = get()
+        while type(event) is not yaml.SequenceEndEvent:
+            items.append(_node(loader, get, event))
+            event = get()
+        return items
+    if kind is yaml.MappingStartEvent:
+        mapping: dict[Any, Any] = {}
+        event = get()
+        while type(event) is not yaml.MappingEndEvent:
+            key = _node(loader, get, event)  # a merge key `<<` has no constructor: _Unhandled
+            mapping[key] = _node(loader, get, get())  # an unhashable key raises TypeError
+            event = get()
+        return mapping
+    raise _Unhandled(kind.__name__)
+
+
+def _scalar(loader: Any, event: Any) -> Any:
+    value = event.value
+    if event.anchor is not None or event.tag is not None:
+        raise _Unhandled("anchor or explicit tag")
+    if not event.implicit[0] or (value and value[0] not in _CLAIMED and not _WILDCARD):
+        return value  # quoted, or plain and no resolver looks at it: a string
+    tag = loader.resolve(yaml.ScalarNode, value, event.implicit)
+    if tag == STR:
+        return value
+    construct = LOADER.yaml_constructors.get(tag)
+    if construct is None:
+        raise _Unhandled(tag)
+    return construct(loader, yaml.ScalarNode(tag, value, style=event.style))
