@@ -11,6 +11,8 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
 
 from __future__ import annotations
 
+import os
+
 
 class MlpsError(Exception):
     """Base class: a one-line message for the user and the exit code to return."""
@@ -32,6 +34,12 @@ class PermissionDenied(MlpsError):
 
 class ConfigurationError(MlpsError):
     exit_code = 5
+
+
+def missing_directory(what: str, path: "os.PathLike[str] | str") -> ConfigurationError:
+    """The error for a directory that is not there: absent, or something else by that name."""
+    found = "is not a directory" if os.path.lexists(path) else "does not exist"
+    return ConfigurationError(f"{what} {path} {found}")
 
 
 class BenchmarkFailed(MlpsError):

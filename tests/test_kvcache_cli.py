@@ -110,6 +110,16 @@ def test_whatif_validates_the_simulator_input_up_front(cli, tmp_path):
     assert res.rc == 2 and "decode.batch: unknown key" in res.err
 
 
+def test_a_config_that_is_not_yaml_is_one_line_naming_the_file_and_the_place(cli, tmp_path):
+    bad = tmp_path / "garbage.yaml"
+    bad.write_text("decode: [\n")
+    res = cli("whatif", "kvcache", "run", "--config", bad)
+    assert res.rc == 2
+    (line,) = res.err.strip().splitlines()
+    assert f"config {bad} is not valid YAML at line 2, column 1: expected the node content" in line
+    assert "kv-cache.py refused its input" in line
+
+
 # -- rank layout (Rules 6.3.3.1) ---------------------------------------------------------------
 @pytest.mark.parametrize("np_, ppn, hosts, expected", [
     (None, None, None, (1, 1)),

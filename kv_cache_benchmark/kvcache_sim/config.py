@@ -109,6 +109,8 @@ def _merge(path: str, default: dict[str, Any], override: Any, open_keys: bool = 
 
 def build_config(override: dict[str, Any] | None = None) -> dict[str, Any]:
     """DEFAULTS with a parsed --config mapping applied; raises ConfigError on any bad key or value."""
+    if override is not None and not isinstance(override, dict):
+        raise ConfigError(f"expected a mapping of sections at the top, found a {type(override).__name__}")
     override = dict(override or {})
     models = override.pop("model_configs", None)
     templates = override.pop("user_templates", None)
@@ -160,8 +162,10 @@ def load_config_file(path: str) -> dict[str, Any]:
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: where and what, not PyYAML's three-line report
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config {path} is not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     if data is None:
         data = {}
     try:

@@ -19,7 +19,7 @@ from mlpstorage_py.benchmarks import dlio_checkpointing, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
@@ -130,7 +130,7 @@ class CheckpointingBenchmark(Benchmark):
         if req.command == "run" and self.results_dir is not None and req.storage == "file":
             folder = Path(plan.parameters["checkpoint"]["checkpoint_folder"])
             if not folder.parent.is_dir():
-                raise ConfigurationError(f"checkpoint folder {folder.parent} does not exist")
+                raise missing_directory("checkpoint folder", folder.parent)
             results = self.results_dir.resolve()
             if folder == results or results in folder.parents or folder in results.parents:
                 raise GateRefused(f"the checkpoint folder {folder} and the results directory must be apart (Rules 4.4.1)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError
+from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
 from mlpstorage_py.launch import hostinfo, mpi, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
@@ -151,7 +151,7 @@ def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] 
         if req.command == "datasize":
             log.info(f"data directory {plan.data_dir} does not exist yet; no filesystem probe recorded")
             return None
-        raise ConfigurationError(f"data directory {plan.data_dir} does not exist")
+        raise missing_directory("data directory", plan.data_dir)
     record = fs_probe.probe(plan.data_dir, results_dir)
     if record["same_filesystem"] and req.mode == "closed" and req.command != "datasize" \
             and not req.arg("skip_fs_separation_gate", False):

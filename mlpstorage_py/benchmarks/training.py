@@ -16,7 +16,7 @@ import yaml
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
@@ -237,7 +237,7 @@ class TrainingBenchmark(Benchmark):
             return  # an object dataset is gated once the leaf exists, after the endpoint answered
         folder = self.dataset.folder
         if not folder.parent.is_dir():
-            raise ConfigurationError(f"data directory {folder.parent} does not exist")
+            raise missing_directory("data directory", folder.parent)
         if folder.resolve() == self.results_dir.resolve() or self.results_dir.resolve() in folder.resolve().parents:
             raise GateRefused(f"the dataset ({folder}) must not be inside the results directory (Rules 3.4.1)")
         self._gate_dataset(plan)
