@@ -14,6 +14,7 @@ import yaml
 
 from conftest import all_leaves
 
+from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import kvcache
 from mlpstorage_py.errors import UsageError
 
@@ -219,11 +220,14 @@ def test_failed_trials_still_write_the_summary(cli, results, cache_dir, small_co
 
 
 # -- a real run ----------------------------------------------------------------------------------
-def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, small_config):
+def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, small_config, monkeypatch):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     res = cli("open", "kvcache", "run", "-np", "2", "--cache-dir", cache_dir, "-rd", results, "-sn", "sys1",
               "--model", "tiny-1b", "--num-users", "3", "--duration", "2", "--trials", "1", "--inter-option-delay", "0",
               "--config", small_config)
     assert res.rc == 0, res.err
+    assert "kvcache: 1/3 trials (33%)" in res.err and "kvcache: 3/3 trials (100%)" in res.err  # live, per trial
+    assert res.err.count("(done)") == 1
     (leaf,) = all_leaves(results)
     assert leaf.parent == results / "open" / "Org" / "results" / "sys1" / "kv_cache" / "tiny-1b" / "run"
     stamp = leaf.name

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import all_leaves
 
+from mlpstorage_py import progress
+
 HNSW = "HNSW"
 SCALE = ["--num-vectors", "20000", "--dimension", "128"]
 
@@ -185,13 +187,16 @@ def test_force_is_needed_to_replace_a_collection(cli, results, tmp_path):
 
 
 @pytest.mark.heavy
-def test_hnsw_on_milvus_lite_end_to_end(cli, results, tmp_path):
+def test_hnsw_on_milvus_lite_end_to_end(cli, results, tmp_path, monkeypatch):
+    monkeypatch.setattr(progress, "PLAIN_EVERY_S", 0.0)
     store = tmp_path / "vdb"
     store.mkdir()
     common = ("--storage-root", store, "-rd", results, "-sn", "sys1")
     res = cli("open", "vectordb", HNSW, "datagen", *SCALE, "--metric-type", "L2", "--max-degree", "16",
               "--ef-construction", "100", *common)
     assert res.rc == 0, res.err
+    assert "vector load: 20000/20000 vectors (100%)" in res.err and "index build: 20000/20000 rows (100%)" in res.err
+    assert res.err.count("(done)") == 2  # each live phase says it ended
     [leaf] = vdb_leaves(results, "datagen")
     load = summary(leaf)
     assert load["inserted_vectors"] == load["num_vectors"] == 20000 and load["dimension"] == 128
