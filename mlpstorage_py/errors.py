@@ -36,7 +36,7 @@ class ConfigurationError(MlpsError):
     exit_code = 5
 
 
-def missing_directory(what: str, path: "os.PathLike[str] | str") -> ConfigurationError:
+def missing_directory(what: str, path: os.PathLike[str] | str) -> ConfigurationError:
     """The error for a directory that is not there: absent, or something else by that name."""
     found = "is not a directory" if os.path.lexists(path) else "does not exist"
     return ConfigurationError(f"{what} {path} {found}")

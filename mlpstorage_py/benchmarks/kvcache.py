@@ -339,7 +339,7 @@ class KVCacheBenchmark(Benchmark):
                 raise TimeoutExpired(f"kv-cache.py --validate-only for option {key} took more than 120 s") from None
             if child.returncode != 0:
                 lines = err.strip().splitlines() or [f"exit {child.returncode}"]
-                said = next((l.split(": error: ", 1)[1] for l in lines if ": error: " in l), lines[-1])
+                said = next((line.split(": error: ", 1)[1] for line in lines if ": error: " in line), lines[-1])
                 failures.append(f"option {key}: kv-cache.py refused its input: {said}")
         if failures:
             raise UsageError(failures[0])

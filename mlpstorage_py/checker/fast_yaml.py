@@ -17,7 +17,7 @@ from typing import Any, Callable
 import yaml
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-STR, MAP, SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+STR = "tag:yaml.org,2002:str"
 _CLAIMED = frozenset(k for k in LOADER.yaml_implicit_resolvers if k)  # first characters some resolver looks at
 _WILDCARD = None in LOADER.yaml_implicit_resolvers or bool(LOADER.yaml_path_resolvers)
 

@@ -95,17 +95,20 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
                     if not echo and time.monotonic() - started >= PROGRESS_EVERY_S:
                         log.info(f"{label}: running {time.monotonic() - started:.0f} s; last output: {last[0][:160]}")
         except BaseException:
-            stop_tree(child)
-            remove_stale(env, {child.pid})
+            _reap(child, env)
             raise
         finally:
             for pump in pumps:
                 pump.join(timeout=5)
-    # A launcher can exit while children it started in their own groups live on.
-    stop_tree(child)
-    remove_stale(env, {child.pid})
+    _reap(child, env)  # a launcher can exit while children it started in their own groups live on
     log.info(f"{label}: exit {code} after {time.monotonic() - started:.1f} s")
     return code
+
+
+def _reap(child: subprocess.Popen, env: dict[str, str] | None) -> None:
+    """Stop what is left of the child's tree, then remove its launcher's session directory."""
+    stop_tree(child)
+    remove_stale(env, {child.pid})
 
 
 def _proc_table() -> dict[int, tuple[int, int, str]]:

@@ -70,13 +70,14 @@ def remove_stale(env: dict[str, str] | None = None, pids: set[int] | None = None
         return removed
     for entry in entries:
         match = SESSION_DIR.match(entry.name)
-        if not match or (pids is not None and int(match.group(1)) not in pids):
+        pid = int(match.group(1)) if match else None
+        if pid is None or (pids is not None and pid not in pids):
             continue
         path = Path(entry.path)
-        if stale(path, int(match.group(1)), hostname):
+        if stale(path, pid, hostname):
             shutil.rmtree(path, ignore_errors=True)
             if not path.exists():
                 removed.append(path)
-                log.info(f"removed {path}: the session directory of MPI launcher PID {match.group(1)}, "
+                log.info(f"removed {path}: the session directory of MPI launcher PID {pid}, "
                          f"which is gone (a new launcher given that PID would fail to start)")
     return removed
