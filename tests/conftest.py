@@ -49,6 +49,26 @@ def isolated(tmp_path, monkeypatch):
     code_image.own_tree_hash.cache_clear()
 
 
+@pytest.fixture(autouse=bool(os.environ.get("MLPS_CHECK_PARTS")))
+def validate_part_by_part(monkeypatch):
+    """MLPS_CHECK_PARTS=1 (`MLPS_CHECK_PARTS=1 make test`): every in-process validation of the
+    suite also runs its rules part by part, one system a part, and must find the same."""
+    from mlpstorage_py import checker
+
+    whole_run = checker.validate
+
+    def both_ways(*args, **kwargs):
+        monkeypatch.setattr(checker, "PART_LEAVES", 10 ** 9)
+        pkg, whole = whole_run(*args, **kwargs)
+        monkeypatch.setattr(checker, "PART_LEAVES", 1)
+        _, parted = whole_run(*args, **kwargs)
+        assert [f.as_dict() for f in parted] == [f.as_dict() for f in whole], "part by part differs"
+        monkeypatch.setattr(checker, "PART_LEAVES", 10 ** 9)
+        return pkg, whole
+
+    monkeypatch.setattr(checker, "validate", both_ways)
+
+
 @dataclass
 class Result:
     rc: int

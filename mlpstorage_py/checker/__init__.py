@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
+from mlpstorage_py.checker import files, rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
@@ -33,6 +33,10 @@ RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rul
 # worth the fork.
 HELPER_RULES = ("1.1", "2.1.9", "2.1.14", "2.1.15", "2.1.19", "2.1.20", "2.1.25", "2.1.26", "2.29", "RPT-01")
 HELPER_MIN_LEAVES = 1000
+# Leaves per part of a large package (Package.parts): a part's readings are released before
+# the next, so memory stays that of one part (at 100,000 leaves, holding everything cost each
+# process 4 GiB and a fifth of its time in page faults).
+PART_LEAVES = 2000
 
 
 def validate(root: Path, submitters: set[str] | None = None,
@@ -40,31 +44,68 @@ def validate(root: Path, submitters: set[str] | None = None,
     """Run every registered rule; a rule that crashes is itself a finding, never a silent pass.
 
     Package.load starts a new reading: each file is read and parsed once, however many rules
-    ask, and kept until the next. The cyclic garbage collector is paused meanwhile: the parsed
-    package is millions of long-lived objects without cycles, which it would otherwise traverse
-    again and again as they accumulate (a third of the time of a large package)."""
+    ask, and kept until the next, or, in a large package, until the rules that run part by
+    part are done with its part (Package.parts). The cyclic garbage collector is paused
+    meanwhile: the parsed package is millions of long-lived objects without cycles, which it
+    would otherwise traverse again and again as they accumulate (a third of the time of a large
+    package). It resumes with them frozen (gc.freeze), or its next pass would walk them all
+    once more; refcounting still frees them when the next reading starts, which hands the
+    frozen back to it."""
     collecting = gc.isenabled()
     gc.disable()
+    if collecting:
+        gc.unfreeze()
     helper = None
     try:
         pkg = Package.load(root, submitters)
         pkg.reference_digest = reference
+        parts = pkg.parts(PART_LEAVES)
         helped = _helped_rules(pkg)
         if helped:
             try:
-                helper = _Helper(pkg, helped)
+                helper = _Helper(pkg, parts, helped)
                 pkg.manifests_from = helper.manifests
             except OSError:  # no process to be had: this one runs every rule
                 helped = []
-        mine = {number: _run(number, pkg) for number in RULES if number not in helped}
-        theirs = (helper.findings() if helper else None) or {number: _run(number, pkg) for number in helped}
+        found = _run_rules(pkg, parts, [number for number in RULES if number not in helped])
+        found.update((helper.findings() if helper else None) or _run_rules(pkg, parts, helped))
         pkg.manifests_from = None
     finally:
         if helper:
             helper.stop()
         if collecting:
+            gc.freeze()
             gc.enable()
-    return pkg, [f for number in RULES for f in (mine[number] if number in mine else theirs[number])]
+    return pkg, _in_order(pkg, found)
+
+
+def _run_rules(pkg: Package, parts: list[Package], numbers: list[str]) -> dict[str, list[Finding]]:
+    """{rule: findings} of some rules: those that allow it part after part (each part's
+    readings released once its rules are done), then the others over the whole package."""
+    found: dict[str, list[Finding]] = {number: [] for number in numbers}
+    by_part = [number for number in numbers if RULES[number].parts]
+    for part in parts if by_part else []:
+        since = files.mark()
+        for number in by_part:
+            found[number].extend(_run(number, part))
+        part.release(since)
+    for number in numbers:
+        if not RULES[number].parts:
+            found[number] = _run(number, pkg)
+    return found
+
+
+def _in_order(pkg: Package, found: dict[str, list[Finding]]) -> list[Finding]:
+    """The findings rule by rule; within a rule, those of the package as a whole first (by
+    path), then result by result in the package's order, each result's in the rule's own order.
+    Whether a rule ran over the whole package or part by part, this order is the same."""
+    position = {name: i for i, name in enumerate(result_names(pkg).values())}
+
+    def place(f: Finding) -> tuple[int, str]:
+        result = result_of(pkg, f.path)
+        return (0, f.path) if result == "package" else (1 + position[result], "")
+
+    return [f for number in RULES for f in sorted(found[number], key=place)]
 
 
 def _run(number: str, pkg: Package) -> list[Finding]:
@@ -92,20 +133,20 @@ class _Helper:
     both processes need them, and this one sets out with others), then its rules' findings.
     Either answer is None when the helper could not give it."""
 
-    def __init__(self, pkg: Package, numbers: list[str]):
+    def __init__(self, pkg: Package, parts: list[Package], numbers: list[str]):
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=self._help, args=(pkg, numbers, send), daemon=True)
+        self._process = context.Process(target=self._help, args=(pkg, parts, numbers, send), daemon=True)
         self._process.start()
         send.close()
         self._handed = False
 
     @staticmethod
-    def _help(pkg: Package, numbers: list[str], send: Connection) -> None:
+    def _help(pkg: Package, parts: list[Package], numbers: list[str], send: Connection) -> None:
         manifests = {(division, org): pkg.manifest(division, org) for division, org, _ in pkg.orgs}
         handing = threading.Thread(target=send.send, args=(manifests,))  # the pipe holds little: do not wait
         handing.start()
-        findings = {number: _run(number, pkg) for number in numbers}
+        findings = _run_rules(pkg, parts, numbers)
         handing.join()
         send.send(findings)
 
@@ -155,16 +196,22 @@ def coverage_text() -> str:
     return "\n".join(lines)
 
 
-def result_of(pkg: Package, path: str) -> str:
-    """The result (workload directory, Rules 1.3) a finding belongs to, or 'package': the
-    outermost result directory among the path and its parents. The results are indexed once
-    per package (asking pkg.results() per finding made validate quadratic: 80 s for 10,000
-    leaves with 3,861 findings)."""
+def result_names(pkg: Package) -> dict[str, str]:
+    """{path: name relative to the root} of the package's results in order, indexed once per
+    package (asking pkg.results() per finding made validate quadratic: 80 s for 10,000 leaves
+    with 3,861 findings)."""
     cached = getattr(pkg, "_result_names", None)  # (leaf count it was built for, {path: name})
     if cached is None or cached[0] != len(pkg.leaves):
-        cached = (len(pkg.leaves), {str(r): str(r.relative_to(pkg.root)) for r in pkg.results()})
+        below = len(str(pkg.root).rstrip("/")) + 1
+        cached = (len(pkg.leaves), {str(r): str(r)[below:] for r in pkg.results()})
         pkg._result_names = cached  # type: ignore[attr-defined]
-    names, found, probe = cached[1], "package", path
+    return cached[1]
+
+
+def result_of(pkg: Package, path: str) -> str:
+    """The result (workload directory, Rules 1.3) a finding belongs to, or 'package': the
+    outermost result directory among the path and its parents."""
+    names, found, probe = result_names(pkg), "package", path
     while probe:
         found = names.get(probe, found)
         parent = probe.rpartition("/")[0]
@@ -177,7 +224,7 @@ def findings_text(pkg: Package, findings: list[Finding]) -> str:
     for f in findings:
         grouped[result_of(pkg, f.path)].append(f)
     lines = []
-    for result in ["package"] + [str(r.relative_to(pkg.root)) for r in pkg.results()]:
+    for result in ["package", *result_names(pkg).values()]:
         items = grouped.get(result, [])
         if result == "package" and not items:
             continue
@@ -187,7 +234,7 @@ def findings_text(pkg: Package, findings: list[Finding]) -> str:
             where = Path(f.path).name if f.path.startswith(str(pkg.root)) else f.path
             lines.append(f"  {f.severity:<7} {f.rule} {f.name}: {where}: {f.message}")
     invalid = sum(f.severity == INVALID for f in findings)
-    lines.append(f"validated {pkg.root}: {len(pkg.results())} results, {len(pkg.leaves)} leaves, {len(RULES)} rules; "
+    lines.append(f"validated {pkg.root}: {len(result_names(pkg))} results, {len(pkg.leaves)} leaves, {len(RULES)} rules; "
                  f"{invalid} invalid, {len(findings) - invalid} warnings/information")
     return "\n".join(lines)
 

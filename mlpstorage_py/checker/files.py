@@ -15,6 +15,7 @@ leaf records of package.py (json_or_unreadable, yaml_or_unreadable). Both parse 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import stat
@@ -55,6 +56,7 @@ _entries: dict[Key, tuple[Entry, ...]] = {}
 _contents: dict[Key, _Content] = {}
 _json: dict[Key, tuple[Any, ValueError | None]] = {}
 _yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
+_CACHES = (_listings, _entries, _contents, _json, _yaml)
 
 
 def start(root: Path) -> None:
@@ -63,8 +65,24 @@ def start(root: Path) -> None:
     global _root, _below
     _root = str(root)
     _below = _root if _root.endswith("/") else _root + "/"
-    for cache in (_listings, _entries, _contents, _json, _yaml):
+    for cache in _CACHES:
         cache.clear()
+
+
+def mark() -> tuple[int, ...]:
+    """Where the readings stand now: forget_below(..., since=mark()) looks only at what was
+    listed or read after (the caches only grow until then)."""
+    return tuple(len(cache) for cache in _CACHES)
+
+
+def forget_below(directories: frozenset[str], since: tuple[int, ...]) -> None:
+    """Forget what was listed or read below some directories since a mark() (the systems'
+    results/ directories of a part of the package, once its rules are done): memory stays that
+    of a part. Asked for again, a path is listed or read again."""
+    heads = tuple(d.rstrip("/") + "/" for d in directories)
+    for cache, before in zip(_CACHES, since):
+        for key in [key for key in itertools.islice(reversed(cache), len(cache) - before) if key.startswith(heads)]:
+            del cache[key]
 
 
 # --- listing -----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fnmatch import translate
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -95,6 +95,15 @@ class Leaf:
         edition = (self.provenance or {}).get("rules_edition")
         return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
 
+    def forget(self) -> None:
+        """Drop what was read for this leaf (its part is done); asked again, it is read again."""
+        for name in _LEAF_READINGS:
+            self.__dict__.pop(name, None)
+
+
+_LEAF_READINGS = tuple(name for name, value in vars(Leaf).items()
+                       if isinstance(value, functools.cached_property) and name != "workload_dir")
+
 
 @functools.cache
 def _glob_pattern(pattern: str) -> Callable[[str], re.Match | None]:
@@ -125,6 +134,8 @@ def read_object(path: Path) -> dict[str, Any]:
 
 @dataclass
 class Package:
+    """The package, or one part of it (Package.parts): a part holds some of its systems, each
+    with all its leaves, and shares its organizations and submission.yaml."""
     root: Path
     leaves: list[Leaf] = field(default_factory=list)
     reference_digest: str | None = None  # --reference-checksum
@@ -132,6 +143,15 @@ class Package:
     # Where the organizations' parsed submission.yaml come from when another process reads
     # them (checker.validate's helper): {(division, org): manifest(...)}, or None to read here.
     manifests_from: Callable[[], dict[tuple[str, str], tuple[Path, Any] | None] | None] | None = None
+    # Every real directory below <division>/<org>/results/, with how many leaves it holds, in
+    # the order of the leaves.
+    system_dirs: list[tuple[Path, int]] = field(default_factory=list)
+    # For a part: the package it is part of, its system directories (as strings), and whether
+    # it is the first part (which says what a rule says of the package as a whole) or the last.
+    whole: "Package | None" = None
+    systems: frozenset[str] | None = None
+    opens: bool = True
+    closes: bool = True
 
     @classmethod
     def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
@@ -144,10 +164,50 @@ class Package:
                     continue
                 pkg.orgs.append((division, org_dir.name, org_dir))
                 for system_dir in _subdirs(org_dir / "results"):
+                    before = len(pkg.leaves)
                     for bench, depth in LEAF_DEPTH.items():
                         for leaf, rel in _leaf_dirs(system_dir / bench, depth):
                             pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
+                    pkg.system_dirs.append((system_dir, len(pkg.leaves) - before))
         return pkg
+
+    def parts(self, most_leaves: int) -> list["Package"]:
+        """The package as consecutive runs of whole systems of at most `most_leaves` leaves each
+        (a bigger system is a part alone); the package itself when it fits one part. The rules
+        that allow it (Rule.parts) run part after part, so what they read of one part is
+        released before the next (checker.validate): memory stays that of one part."""
+        if len(self.leaves) <= most_leaves:
+            return [self]
+        groups: list[list[tuple[Path, int]]] = [[]]
+        held = 0
+        for system_dir, count in self.system_dirs:
+            if groups[-1] and held + count > most_leaves:
+                groups.append([])
+                held = 0
+            groups[-1].append((system_dir, count))
+            held += count
+        found, start = [], 0
+        for i, group in enumerate(groups):
+            count = sum(n for _, n in group)
+            found.append(Package(self.root, self.leaves[start:start + count], self.reference_digest, self.orgs,
+                                 system_dirs=group, whole=self, systems=frozenset(str(d) for d, _ in group),
+                                 opens=i == 0, closes=i == len(groups) - 1))
+            start += count
+        return found
+
+    def includes(self, system_dir: Path) -> bool:
+        """Whether a directory below <division>/<org>/results/ is one of this part's systems."""
+        return self.systems is None or str(system_dir) in self.systems
+
+    def release(self, since: tuple[int, ...]) -> None:
+        """Forget what was read below this part's systems since a files.mark(), and what the
+        rules kept on the part (a part of a package, once done)."""
+        if self.whole is not None:
+            files.forget_below(frozenset(str(d.parent) for d, _ in self.system_dirs), since)
+            for leaf in self.leaves:
+                leaf.forget()
+            for name in [name for name in vars(self) if name not in _PACKAGE_FIELDS]:
+                del self.__dict__[name]
 
     @functools.cached_property
     def _index(self) -> dict[tuple[Path, str], list[Leaf]]:
@@ -187,6 +247,8 @@ class Package:
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
         """<division>/<org>/submission.yaml, parsed once per validation (here or by manifests_from)."""
+        if self.whole is not None:
+            return self.whole.manifest(division, org)
         cache = vars(self).get("_manifests")
         if cache is None:
             cache = self._manifests = (self.manifests_from() if self.manifests_from else None) or {}
@@ -195,3 +257,6 @@ class Package:
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed
             cache[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
         return cache[(division, org)]
+
+
+_PACKAGE_FIELDS = frozenset(f.name for f in fields(Package))

@@ -33,6 +33,12 @@ class Rule:
     number: str
     name: str
     func: RuleFunc
+    # True when the rule may run on each part of a large package in turn (Package.parts): what
+    # it says of a system's runs comes from that system's files alone, and what it says of the
+    # package as a whole it says only in the part that opens (pkg.opens) or closes (pkg.closes)
+    # the package. tests/test_validate_parts.py holds every such rule to the same findings as
+    # one run over the whole package.
+    parts: bool = False
 
     @property
     def summary(self) -> str:
@@ -47,12 +53,13 @@ RULES: dict[str, Rule] = {}
 NOT_APPLICABLE: dict[str, str] = {}
 
 
-def rule(number: str, name: str) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a checker function for Rules `number` (`name` must match the rule index)."""
+def rule(number: str, name: str, parts: bool = False) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a checker function for Rules `number` (`name` must match the rule index);
+    `parts`: see Rule.parts."""
     def register(func: RuleFunc) -> RuleFunc:
         if number in RULES:
             raise ValueError(f"rule {number} registered twice")
-        RULES[number] = Rule(number, name, func)
+        RULES[number] = Rule(number, name, func, parts)
         return func
     return register
 

@@ -184,7 +184,7 @@ def _reference(model: str) -> dict | None:
     return _REFERENCES[model]
 
 
-@rule("4.3.1", "checkpointDataSizeRatio")
+@rule("4.3.1", "checkpointDataSizeRatio", parts=True)
 def data_size_ratio(pkg: Package) -> Iterable[Finding]:
     """Checkpoint data per host is more than 3x one host's memory (else a warning)."""
     for wl, rec in _runs(pkg):
@@ -203,7 +203,7 @@ def data_size_ratio(pkg: Package) -> Iterable[Finding]:
                           f"{host_memory:,.1f} GiB of one client host: reads may be served from the page cache")
 
 
-@rule("4.3.2", "checkpointFsyncVerification")
+@rule("4.3.2", "checkpointFsyncVerification", parts=True)
 def fsync(pkg: Package) -> Iterable[Finding]:
     """Every run's recorded configuration has checkpoint.fsync true."""
     for wl, rec in _runs(pkg):
@@ -221,7 +221,7 @@ def fsync(pkg: Package) -> Iterable[Finding]:
                           f"checkpoint.fsync is {value!r} in {where}: every checkpoint write must end with fsync")
 
 
-@rule("4.3.3", "checkpointModelConfigurationReq")
+@rule("4.3.3", "checkpointModelConfigurationReq", parts=True)
 def model_configuration(pkg: Package) -> Iterable[Finding]:
     """args.model names a Table 2 model the edition lists, and the run sits under that model."""
     for wl, rec in _runs(pkg):
@@ -256,7 +256,7 @@ def _accelerator(rec: LeafRecord) -> str | None:
     return None
 
 
-@rule("4.3.4", "checkpointAggregateAcceleratorMemory")
+@rule("4.3.4", "checkpointAggregateAcceleratorMemory", parts=True)
 def aggregate_memory(pkg: Package) -> Iterable[Finding]:
     """Table 3 memory of the run's accelerator x its accelerator count holds the checkpoint."""
     for wl, rec in _runs(pkg):
@@ -296,7 +296,7 @@ def _subset_declared(rec: LeafRecord) -> bool:
     return canonical(flag) is True or mode == "subset"
 
 
-@rule("4.3.5", "checkpointSubsetRunValidation")
+@rule("4.3.5", "checkpointSubsetRunValidation", parts=True)
 def subset_runs(pkg: Package) -> Iterable[Finding]:
     """A CLOSED subset run is the 8B model on exactly 8 accelerators."""
     for wl, rec in _runs(pkg):
@@ -313,7 +313,7 @@ def subset_runs(pkg: Package) -> Iterable[Finding]:
             yield finding("4.3.5", INVALID, rec.summary_path, f"a subset run uses exactly {required} accelerators, not {count}")
 
 
-@rule("4.3.6", "checkpointResultAggregation")
+@rule("4.3.6", "checkpointResultAggregation", parts=True)
 def result_aggregation(pkg: Package) -> Iterable[Finding]:
     """results.json's Write/Read B/W and Duration are the means over the write- and read-phase runs."""
     for wl, recs in _by_workload(pkg):

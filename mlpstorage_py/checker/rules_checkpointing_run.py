@@ -31,7 +31,7 @@ def _norm(value: Any) -> str | None:
     return posixpath.normpath(value.strip())
 
 
-@rule("4.4.1", "checkpointPathArgs")
+@rule("4.4.1", "checkpointPathArgs", parts=True)
 def path_args(pkg: Package) -> Iterable[Finding]:
     """args.checkpoint_folder and the results directory are both recorded and differ."""
     for wl, rec in _runs(pkg):
@@ -71,7 +71,7 @@ def _mount_of(path: str, mounts: list[str]) -> str | None:
     return max(covering, key=len) if covering else None
 
 
-@rule("4.4.2", "checkpointFilesystemCheck")
+@rule("4.4.2", "checkpointFilesystemCheck", parts=True)
 def filesystem_check(pkg: Package) -> Iterable[Finding]:
     """fs_separation.json (or a df listing) shows checkpoints and results on different filesystems."""
     for wl, rec in _runs(pkg):
@@ -108,7 +108,7 @@ def filesystem_check(pkg: Package) -> Iterable[Finding]:
 
 # --- 4.6 CLOSED and OPEN -----------------------------------------------------------------
 
-@rule("4.6.1", "checkpointClosedMpiProcesses")
+@rule("4.6.1", "checkpointClosedMpiProcesses", parts=True)
 def closed_processes(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run uses the Table 2 process count of its model (8, 64, 512, 1024)."""
     for wl, rec in _runs(pkg):
@@ -162,7 +162,7 @@ def _per_host(rec: LeafRecord) -> tuple[list[int] | None, str]:
     return None, "nowhere"
 
 
-@rule("4.6.2", "checkpointClosedAcceleratorsPerHost")
+@rule("4.6.2", "checkpointClosedAcceleratorsPerHost", parts=True)
 def closed_per_host(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run puts more than 4 simulated accelerators on each host, Table 2's total in all."""
     for wl, rec in _runs(pkg):
@@ -186,7 +186,7 @@ def closed_per_host(pkg: Package) -> Iterable[Finding]:
 
 
 
-@rule("4.6.3", "checkpointClosedCheckpointParameters")
+@rule("4.6.3", "checkpointClosedCheckpointParameters", parts=True)
 def closed_parameters(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run's configuration equals its model's reference but for checkpoint.checkpoint_folder."""
     allowed = tables.param_allowlist("checkpointing", "closed") | tables.tool_injected_params("checkpointing") | COUNTED_ELSEWHERE
@@ -216,7 +216,7 @@ def closed_parameters(pkg: Package) -> Iterable[Finding]:
             yield finding("4.6.3", INVALID, path, f"{where} lacks reference parameters: {', '.join(missing)}")
 
 
-@rule("4.6.4", "checkpointOpenSubmissionScaling")
+@rule("4.6.4", "checkpointOpenSubmissionScaling", parts=True)
 def open_scaling(pkg: Package) -> Iterable[Finding]:
     """An OPEN run's process count is a multiple of TP x PP."""
     for wl, rec in _runs(pkg):
@@ -237,7 +237,7 @@ def open_scaling(pkg: Package) -> Iterable[Finding]:
 
 # --- 4.7 simultaneous read/write or remapping ----------------------------------------------
 
-@rule("4.7.1", "checkpointCacheFlushValidation")
+@rule("4.7.1", "checkpointCacheFlushValidation", parts=True)
 def cache_flush(pkg: Package) -> Iterable[Finding]:
     """10 writes then 10 reads (one combined or two invocations); a failover gap of at most 30 s."""
     for wl, recs in _by_workload(pkg):
@@ -288,7 +288,7 @@ def cache_flush(pkg: Package) -> Iterable[Finding]:
                                                        "invocations' hosts")
 
 
-@rule("4.7.2", "checkpointTotalTestDuration")
+@rule("4.7.2", "checkpointTotalTestDuration", parts=True)
 def total_duration(pkg: Package) -> Iterable[Finding]:
     """A two-invocation workload records its first write's start and its last read's end."""
     for wl, recs in _by_workload(pkg):
@@ -333,7 +333,7 @@ def _capabilities(pkg: Package, division: str, org: str, system: str) -> tuple[d
     return caps, None, path
 
 
-@rule("4.7.3", "checkpointRemappingTimeReporting")
+@rule("4.7.3", "checkpointRemappingTimeReporting", parts=True)
 def remapping_time(pkg: Package) -> Iterable[Finding]:
     """remap_time_in_seconds is reported, agrees with the simultaneous flags, and the phases respect it."""
     by_path: dict[Path, list[LeafRecord]] | None = None  # built once, when a remapping system needs it
@@ -370,7 +370,7 @@ def remapping_time(pkg: Package) -> Iterable[Finding]:
                                                                    f"ended, less than half the reported {remap:g} s remap time")
 
 
-@rule("4.7.4", "checkpointSimultaneousRwSupport")
+@rule("4.7.4", "checkpointSimultaneousRwSupport", parts=True)
 def simultaneous_rw(pkg: Package) -> Iterable[Finding]:
     """The system description declares multi_host, simultaneous_write and simultaneous_read."""
     by_path = {w.path: recs for w, recs in _by_workload(pkg)}

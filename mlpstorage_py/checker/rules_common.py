@@ -36,7 +36,7 @@ def top_level(pkg: Package) -> Iterable[Finding]:
         yield finding("2.1.2", INVALID, pkg.root, "neither closed/ nor open/ is present")
 
 
-@rule("2.1.6", "codeDirectoryContents")
+@rule("2.1.6", "codeDirectoryContents", parts=True)
 def code_images(pkg: Package) -> Iterable[Finding]:
     """Every leaf points at a pool image; every image re-hashes to its recorded hash."""
     for leaf in pkg.leaves:
@@ -48,7 +48,7 @@ def code_images(pkg: Package) -> Iterable[Finding]:
             yield finding("2.1.6", INVALID, leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
         elif pkg.resolve_image(leaf, digest) is None:
             yield finding("2.1.6", INVALID, leaf.path, f"code image code-{digest[:8]} is not in the pool")
-    for image in pkg.image_dirs():
+    for image in pkg.image_dirs() if pkg.closes else ():
         stamp_path = image / code_image.HASH_FILE
         if not stamp_path.is_file():
             yield finding("2.1.6", INVALID, image, f"no {code_image.HASH_FILE}")
@@ -94,19 +94,19 @@ def closed_checksum(pkg: Package, number: str, benchmarks: tuple[str, ...]) -> I
             yield finding(number, INVALID, leaf.path, f"code image {digest} is not a sanctioned {edition} release")
 
 
-@rule("3.6.1", "trainingClosedSubmissionChecksum")
+@rule("3.6.1", "trainingClosedSubmissionChecksum", parts=True)
 def training_checksum(pkg: Package) -> Iterable[Finding]:
     """CLOSED training leaves run the sanctioned release (no finding while none is published)."""
     yield from closed_checksum(pkg, "3.6.1", ("training",))
 
 
-@rule("5.6.1", "vdbClosedSubmissionChecksum")
+@rule("5.6.1", "vdbClosedSubmissionChecksum", parts=True)
 def vdb_checksum(pkg: Package) -> Iterable[Finding]:
     """CLOSED vector-database leaves run the sanctioned release (no finding while none is published)."""
     yield from closed_checksum(pkg, "5.6.1", ("vector_database",))
 
 
-@rule("PROV-01", "leafProvenance")
+@rule("PROV-01", "leafProvenance", parts=True)
 def leaf_provenance(pkg: Package) -> Iterable[Finding]:
     """A present provenance.json parses and names the leaf's code image; a declared one exists."""
     for leaf in pkg.leaves:
@@ -124,32 +124,36 @@ def leaf_provenance(pkg: Package) -> Iterable[Finding]:
             yield finding("PROV-01", INVALID, leaf.path, f"provenance names {section(stamp, 'tool').get('code_image')}, pointer says {pointer}")
 
 
-@rule("PROV-02", "submissionManifest")
+@rule("PROV-02", "submissionManifest", parts=True)
 def submission_manifest(pkg: Package) -> Iterable[Finding]:
     """A present submission.yaml parses, lists exactly the tree's run leaves and their edition."""
-    from mlpstorage_py.report.manifest import leaf_entries
-
+    declared: dict[tuple[str, str], str] = {}
     for division, org, org_dir in pkg.orgs:
         found = pkg.manifest(division, org)
         if found is None:
             continue
         path, manifest = found
         if not isinstance(manifest, dict) or "__unreadable__" in manifest:
-            yield finding("PROV-02", INVALID, path, "submission.yaml does not parse")
+            if pkg.opens:
+                yield finding("PROV-02", INVALID, path, "submission.yaml does not parse")
+            continue
+        declared[(division, org)] = str(manifest.get("rules_edition"))
+        if not pkg.opens:
             continue
         listed = {e.get("path") for e in manifest.get("leaves") or []}
-        actual = {e["path"] for e in leaf_entries(pkg, division, org)}
+        below = len(str(pkg.root).rstrip("/")) + 1  # the paths report.manifest lists, relative to the root
+        actual = {str(leaf.path)[below:] for leaf in (pkg.whole or pkg).leaves if (leaf.division, leaf.org) == (division, org)}
         for missing in sorted(actual - listed):
             yield finding("PROV-02", INVALID, path, f"stale manifest: leaf {missing} is not listed")
         for extra in sorted(listed - actual):
             yield finding("PROV-02", INVALID, path, f"stale manifest: lists {extra}, which the tree does not hold")
-        declared = str(manifest.get("rules_edition"))
-        for leaf in pkg.leaves:
-            if (leaf.division, leaf.org) == (division, org) and leaf.stamped_edition not in ("unknown", declared):
-                yield finding("PROV-02", INVALID, leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {declared}")
+    for leaf in pkg.leaves:
+        edition = declared.get((leaf.division, leaf.org))
+        if edition is not None and leaf.stamped_edition not in ("unknown", edition):
+            yield finding("PROV-02", INVALID, leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {edition}")
 
 
-@rule("LEAF-01", "runLeafMetadata")
+@rule("LEAF-01", "runLeafMetadata", parts=True)
 def run_leaf_metadata(pkg: Package) -> Iterable[Finding]:
     """kv_cache and vector_database run leaves carry exactly one *_metadata.json."""
     for leaf in pkg.leaves:
@@ -164,14 +168,14 @@ def _manifest_edition(pkg: Package, division: str, org: str) -> str | None:
     return str(found[1].get("rules_edition")) if found and isinstance(found[1], dict) else None
 
 
-@rule("EDN-01", "rulesEdition")
+@rule("EDN-01", "rulesEdition", parts=True)
 def rules_edition(pkg: Package) -> Iterable[Finding]:
     """Stamps and manifests declare an edition the editions table knows."""
     known = tables.editions()["editions"]
     for leaf in pkg.leaves:
         if leaf.provenance and leaf.stamped_edition not in known and leaf.stamped_edition != "unknown":
             yield finding("EDN-01", INVALID, leaf.path, f"unknown rules edition {leaf.stamped_edition!r}")
-    for division, org, org_dir in pkg.orgs:
+    for division, org, org_dir in pkg.orgs if pkg.opens else ():
         edition = _manifest_edition(pkg, division, org)
         if edition is not None and edition not in known:
             yield finding("EDN-01", INVALID, org_dir / "submission.yaml", f"unknown rules edition {edition!r}")
@@ -188,7 +192,7 @@ def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | N
     return None
 
 
-@rule("EDN-02", "comparabilityClass")
+@rule("EDN-02", "comparabilityClass", parts=True)
 def comparability_class(pkg: Package) -> Iterable[Finding]:
     """A stamped run leaf resolves to a class: INVALID under closed, INFO under open."""
     for leaf in pkg.leaves:
@@ -206,7 +210,7 @@ def comparability_class(pkg: Package) -> Iterable[Finding]:
                           f"core config {digest} of {leaf.benchmark} {leaf.model} ({accelerator}) is in no comparability class")
 
 
-@rule("EDN-03", "dlioRevision")
+@rule("EDN-03", "dlioRevision", parts=True)
 def dlio_revision(pkg: Package) -> Iterable[Finding]:
     """A stamped run leaf's DLIO commit is in its edition's accepted list (else a warning)."""
     for leaf in pkg.leaves:
@@ -228,7 +232,7 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
             yield finding("EDN-04", INVALID, org_dir / "submission.yaml", f"edition {edition} has no checker block; workload checks skipped")
 
 
-@rule("EDN-05", "storageLibraryVersion")
+@rule("EDN-05", "storageLibraryVersion", parts=True)
 def storage_library_version(pkg: Package) -> Iterable[Finding]:
     """A stamped object run leaf's storage library version is in its edition's accepted list (else a warning).
 
@@ -257,9 +261,10 @@ def _ids(path: Path) -> set[str]:
     return {str(r["Public ID"]) for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict) and r.get("Public ID")}
 
 
-def _workload_tables(results: Path) -> Iterable[Path]:
-    """Every results.json in a real directory below results/ (the rollup's own excluded)."""
-    stack = [path for _, kind, path in files.entries(results) if kind == files.DIR]
+def _workload_tables(pkg: Package, results: Path) -> Iterable[Path]:
+    """Every results.json in a real directory below results/ (the rollup's own excluded), of
+    this part's systems."""
+    stack = [path for _, kind, path in files.entries(results) if kind == files.DIR and pkg.includes(path)]
     while stack:
         directory = stack.pop()
         for name, kind, path in files.entries(directory):
@@ -269,17 +274,22 @@ def _workload_tables(results: Path) -> Iterable[Path]:
                 yield path
 
 
-@rule("RPT-01", "rollupTableAgreement")
+@rule("RPT-01", "rollupTableAgreement", parts=True)
 def rollup_agreement(pkg: Package) -> Iterable[Finding]:
-    """Public IDs in an organization's rollup and in its workload-level results.json agree."""
+    """Public IDs in an organization's rollup and in its workload-level results.json agree.
+
+    Each part adds its systems' IDs to the package's tally; the last compares."""
+    tally: dict[tuple[str, str], set[str]] = vars(pkg.whole or pkg).setdefault("_workload_ids", {})
     for division, org, org_dir in pkg.orgs:
+        if files.real_file(org_dir / "results" / "results.json"):
+            found = tally.setdefault((division, org), set())
+            for path in _workload_tables(pkg, org_dir / "results"):
+                found |= _ids(path)
+    for division, org, org_dir in pkg.orgs if pkg.closes else ():
         rollup = org_dir / "results" / "results.json"
-        if not files.real_file(rollup):
+        if (division, org) not in tally:
             continue
-        workload = set()
-        for path in _workload_tables(org_dir / "results"):
-            workload |= _ids(path)
-        top = _ids(rollup)
+        workload, top = tally[(division, org)], _ids(rollup)
         for missing in sorted(top - workload):
             yield finding("RPT-01", INVALID, rollup, f"Public ID {missing} has no workload-level results.json row")
         for missing in sorted(workload - top):

@@ -104,21 +104,21 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
                                                     "(total_ranks and trials_per_option unrecorded or implausible)")
 
 
-@rule("6.3.4.1", "kvcacheAggregateBandwidth")
+@rule("6.3.4.1", "kvcacheAggregateBandwidth", parts=True)
 def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
     """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over ranks, recomputed."""
     yield from _check_aggregate(pkg, "6.3.4.1", "the aggregate bandwidth",
                                 {READ_BW: lambda r: r.read_bw, WRITE_BW: lambda r: r.write_bw})
 
 
-@rule("6.3.4.2", "kvcacheAggregateThroughput")
+@rule("6.3.4.2", "kvcacheAggregateThroughput", parts=True)
 def aggregate_throughput(pkg: Package) -> Iterable[Finding]:
     """aggregated_storage_throughput_tokens_per_sec = fmean over trials of the sum over ranks, recomputed."""
     yield from _check_aggregate(pkg, "6.3.4.2", "the aggregate storage throughput", {THROUGHPUT: lambda r: r.throughput},
                                 files_rule="6.3.4.1")
 
 
-@rule("6.3.4.3", "kvcacheAggregateDeviceLatency")
+@rule("6.3.4.3", "kvcacheAggregateDeviceLatency", parts=True)
 def aggregate_latency(pkg: Package) -> Iterable[Finding]:
     """aggregated_device_read/write_p95_ms = max over ranks and trials, recomputed; the result states how."""
     yield from _check_aggregate(pkg, "6.3.4.3", "the aggregate device latency",
@@ -133,7 +133,7 @@ def aggregate_latency(pkg: Package) -> Iterable[Finding]:
                                                                    "over the storage-tier I/O span (summary.json aggregation.device_latency)")
 
 
-@rule("6.3.4.4", "kvcacheLatencyValidity")
+@rule("6.3.4.4", "kvcacheLatencyValidity", parts=True)
 def latency_validity(pkg: Package) -> Iterable[Finding]:
     """No Option's ranks are all CPU-tier (INVALID in CLOSED, a warning in OPEN); cpu_tier_ranks is right."""
     for kv in _leaves(pkg):
@@ -158,7 +158,7 @@ def latency_validity(pkg: Package) -> Iterable[Finding]:
                               "its device latency is not a storage measurement")
 
 
-@rule("6.3.4.5", "kvcacheHeadlineResult")
+@rule("6.3.4.5", "kvcacheHeadlineResult", parts=True)
 def headline(pkg: Package) -> Iterable[Finding]:
     """Each Option states read bandwidth, device read/write P95 and storage throughput with total_ranks."""
     parts = {"storage_read_bandwidth_gbps": READ_BW, "device_read_p95_ms": DEVICE_READ,

@@ -25,7 +25,7 @@ def _cache_dirs(kv: Kv) -> list[tuple[str, str]]:
     return [(where, value) for where, value in found if isinstance(value, str) and value]
 
 
-@rule("6.4.1", "kvcachePosixCacheDir")
+@rule("6.4.1", "kvcachePosixCacheDir", parts=True)
 def posix_cache_dir(pkg: Package) -> Iterable[Finding]:
     """--cache-dir and --results-dir are both set, apart, and (where probed) on different filesystems."""
     for kv in _leaves(pkg):
@@ -52,7 +52,7 @@ def posix_cache_dir(pkg: Package) -> Iterable[Finding]:
             yield finding("6.4.1", INFO, kv.path, "no fs_separation.json: the paths are apart, their filesystems are not recorded")
 
 
-@rule("6.5.1", "kvcacheObjectViaGateway")
+@rule("6.5.1", "kvcacheObjectViaGateway", parts=True)
 def object_via_gateway(pkg: Package) -> Iterable[Finding]:
     """Every cache directory is a POSIX path (object storage reaches kv-cache.py only through a mount)."""
     for kv in _leaves(pkg):
@@ -77,7 +77,7 @@ def _mentions_gateway(data: Any) -> bool:
     return False
 
 
-@rule("6.5.2", "kvcacheObjectLatencyScope")
+@rule("6.5.2", "kvcacheObjectLatencyScope", parts=True)
 def object_latency_scope(pkg: Package) -> Iterable[Finding]:
     """An object-API system with KV cache runs records the POSIX gateway software it mounted."""
     told: set[tuple[str, str, str]] = set()
@@ -101,7 +101,7 @@ def _overrides(kv: Kv) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-@rule("6.6.1", "kvcacheClosedImmutable")
+@rule("6.6.1", "kvcacheClosedImmutable", parts=True)
 def closed_immutable(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run sets nothing beyond systemname, cache/results dirs and the topology."""
     table_global = option_table()["global"]
@@ -145,7 +145,7 @@ def closed_immutable(pkg: Package) -> Iterable[Finding]:
                 yield finding("6.6.1", INVALID, rf.path, f"{rf.where} ran {', '.join(bad)}")
 
 
-@rule("6.6.2", "kvcacheOpenAllowances")
+@rule("6.6.2", "kvcacheOpenAllowances", parts=True)
 def open_allowances(pkg: Package) -> Iterable[Finding]:
     """An OPEN run keeps each Option's max-concurrent-allocs and sets no --params outside the allowlist."""
     allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)
@@ -171,7 +171,7 @@ def open_allowances(pkg: Package) -> Iterable[Finding]:
                     break
 
 
-@rule("6.6.3", "kvcacheOpenInvocationNote")
+@rule("6.6.3", "kvcacheOpenInvocationNote", parts=True)
 def open_invocation(pkg: Package) -> Iterable[Finding]:
     """An OPEN run using RAG, a BurstGPT trace or latency tracing records its exact invocation."""
     for kv in _leaves(pkg):

@@ -16,7 +16,7 @@ from mlpstorage_py.checker.structure_helpers import as_int, dig
 
 # --- 6.3.1 / 6.3.2 the workload and the sequence ----------------------------------------------
 
-@rule("6.3.1.1", "kvcacheFixedWorkloadPerOption")
+@rule("6.3.1.1", "kvcacheFixedWorkloadPerOption", parts=True)
 def fixed_workload(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run runs Options 1-3 with exactly Table KVCache-1's per-Option values."""
     for kv in _leaves(pkg):
@@ -67,7 +67,7 @@ def _bundled(path: object) -> bool:
     return path is None or (isinstance(path, str) and path.replace("\\", "/").endswith(BUNDLED_CONFIG))
 
 
-@rule("6.3.2.1", "kvcacheClosedSequenceLocks")
+@rule("6.3.2.1", "kvcacheClosedSequenceLocks", parts=True)
 def sequence_locks(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run records seed 42, 3 trials, a 90 s inter-option delay and no --config."""
     for kv in _leaves(pkg):
@@ -128,7 +128,7 @@ def _autoscaling(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("true", "1", "yes"))
 
 
-@rule("6.3.2.2", "kvcacheAutoscalingProhibited")
+@rule("6.3.2.2", "kvcacheAutoscalingProhibited", parts=True)
 def autoscaling(pkg: Package) -> Iterable[Finding]:
     """No CLOSED rank ran with --enable-autoscaling."""
     for kv in _leaves(pkg):
@@ -155,7 +155,7 @@ def autoscaling(pkg: Package) -> Iterable[Finding]:
 
 # --- 6.3.3 clients ---------------------------------------------------------------------------
 
-@rule("6.3.3.1", "kvcacheClientDefinition")
+@rule("6.3.3.1", "kvcacheClientDefinition", parts=True)
 def client_definition(pkg: Package) -> Iterable[Finding]:
     """The rank layout is consistent: total_ranks = npernode x hosts, one rank directory per client."""
     for kv in _leaves(pkg):
@@ -197,7 +197,7 @@ def client_definition(pkg: Package) -> Iterable[Finding]:
                               f"rank directories {', '.join(f'rank_{r}' for r in extra)} beyond the run's {total} ranks")
 
 
-@rule("6.3.3.2", "kvcacheScaleUpModel")
+@rule("6.3.3.2", "kvcacheScaleUpModel", parts=True)
 def scale_up(pkg: Package) -> Iterable[Finding]:
     """Every client runs its Option's full num-users and max-concurrent-allocs (no per-client reduction)."""
     keys = ("num_users", "max_concurrent_allocs")
@@ -224,7 +224,7 @@ def scale_up(pkg: Package) -> Iterable[Finding]:
                                                                f"{', '.join(f'{k}={expected[k]}' for k in keys)}")
 
 
-@rule("6.3.3.3", "kvcachePerClientIsolation")
+@rule("6.3.3.3", "kvcachePerClientIsolation", parts=True)
 def client_isolation(pkg: Package) -> Iterable[Finding]:
     """No two clients share a result file or a cache directory."""
     for kv in _leaves(pkg):
@@ -261,7 +261,7 @@ def client_isolation(pkg: Package) -> Iterable[Finding]:
                                   "per-rank --rank-output-base/--rank-cache-base: they share one output and cache")
 
 
-@rule("6.3.3.4", "kvcacheSharedResultsDir")
+@rule("6.3.3.4", "kvcacheSharedResultsDir", parts=True)
 def shared_results(pkg: Package) -> Iterable[Finding]:
     """In a multi-host run every rank wrote its result under the leaf's one, shared, results path."""
     for kv in _leaves(pkg):

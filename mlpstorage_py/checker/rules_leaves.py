@@ -61,7 +61,7 @@ def checkpointing_workloads(pkg: Package) -> Iterable[Finding]:
     yield from _models(pkg, "checkpointing", "2.1.21")
 
 
-@rule("2.1.12", "trainingPhases")
+@rule("2.1.12", "trainingPhases", parts=True)
 def training_phases(pkg: Package) -> Iterable[Finding]:
     """A training workload directory holds datasize/, datagen/ and run/, and nothing else."""
     for wl in workloads(pkg, "training"):
@@ -92,7 +92,7 @@ def _timestamps(directory: Path, number: str, expected: tuple[int, int], what: s
         yield finding(number, INVALID, directory, f"{what} holds {len(stamps)} timestamp directories; {count} required")
 
 
-@rule("2.1.13", "datagenTimestamp")
+@rule("2.1.13", "datagenTimestamp", parts=True)
 def datagen_timestamp(pkg: Package) -> Iterable[Finding]:
     """datagen/ holds exactly one timestamp directory."""
     for wl in workloads(pkg, "training"):
@@ -100,7 +100,7 @@ def datagen_timestamp(pkg: Package) -> Iterable[Finding]:
             yield from _timestamps(wl.path / "datagen", "2.1.13", (1, 1), f"training/{wl.model}/datagen")
 
 
-@rule("2.1.17", "runTimestamps")
+@rule("2.1.17", "runTimestamps", parts=True)
 def run_timestamps(pkg: Package) -> Iterable[Finding]:
     """run/ holds exactly runs_per_result (edition 3.0: 6) timestamp directories."""
     for wl in workloads(pkg, "training"):
@@ -109,7 +109,7 @@ def run_timestamps(pkg: Package) -> Iterable[Finding]:
             yield from _timestamps(wl.path / "run", "2.1.17", (count, count), f"training/{wl.model}/run")
 
 
-@rule("2.1.23", "checkpointingTimestamps")
+@rule("2.1.23", "checkpointingTimestamps", parts=True)
 def checkpointing_timestamps(pkg: Package) -> Iterable[Finding]:
     """A checkpointing workload holds one (combined) or two (write, then read) timestamp directories."""
     for wl in workloads(pkg, "checkpointing"):
@@ -137,14 +137,14 @@ def _gaps(pkg: Package, directory: Path, number: str) -> Iterable[Finding]:
                                                    f"not less than one run ({longest.total_seconds():,.0f} s): runs are not consecutive")
 
 
-@rule("2.1.18", "runTimestampGap")
+@rule("2.1.18", "runTimestampGap", parts=True)
 def run_gap(pkg: Package) -> Iterable[Finding]:
     """Consecutive training runs leave less than one run's duration between them."""
     for wl in workloads(pkg, "training"):
         yield from _gaps(pkg, wl.path / "run", "2.1.18")
 
 
-@rule("2.1.24", "checkpointingTimestampGap")
+@rule("2.1.24", "checkpointingTimestampGap", parts=True)
 def checkpointing_gap(pkg: Package) -> Iterable[Finding]:
     """Consecutive checkpointing invocations leave less than one invocation's duration between them."""
     for wl in workloads(pkg, "checkpointing"):
@@ -198,14 +198,14 @@ def _dlio_config(leaf: Path, number: str, expected: list[str], parent: str = "")
             yield finding(number, INVALID, path, f"unexpected {kind} {name!r} in dlio_config/ (only {', '.join(expected)})")
 
 
-@rule("2.1.14", "datagenFiles")
+@rule("2.1.14", "datagenFiles", parts=True)
 def datagen_files(pkg: Package) -> Iterable[Finding]:
     """A datagen leaf holds the logs, metadata and dlio_config/ the edition's checker block lists."""
     for wl, leaf in training_leaves(pkg, "datagen"):
         yield from _leaf_files(leaf, "2.1.14", wl.checker["datagen_required_files"], wl.checker["datagen_required_folders"])
 
 
-@rule("2.1.15", "datagenDlioConfig")
+@rule("2.1.15", "datagenDlioConfig", parts=True)
 def datagen_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A datagen leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in training_leaves(pkg, "datagen"):
@@ -221,7 +221,7 @@ def _results_json(directory: Path, number: str) -> Iterable[Finding]:
         yield finding(number, INVALID, path if kind_of(path) is not None else directory, problem)
 
 
-@rule("2.1.16", "runResultsJson")
+@rule("2.1.16", "runResultsJson", parts=True)
 def run_results_json(pkg: Package) -> Iterable[Finding]:
     """The training run/ directory holds a readable results.json."""
     for wl in workloads(pkg, "training"):
@@ -229,42 +229,42 @@ def run_results_json(pkg: Package) -> Iterable[Finding]:
             yield from _results_json(wl.path / "run", "2.1.16")
 
 
-@rule("2.1.22", "checkpointingResultsJson")
+@rule("2.1.22", "checkpointingResultsJson", parts=True)
 def checkpointing_results_json(pkg: Package) -> Iterable[Finding]:
     """A checkpointing workload directory holds a readable results.json."""
     for wl in workloads(pkg, "checkpointing"):
         yield from _results_json(wl.path, "2.1.22")
 
 
-@rule("2.1.19", "runFiles")
+@rule("2.1.19", "runFiles", parts=True)
 def run_files(pkg: Package) -> Iterable[Finding]:
     """A training run leaf holds the logs, DLIO JSON outputs and dlio_config/ the checker block lists."""
     for wl, leaf in training_leaves(pkg, "run"):
         yield from _leaf_files(leaf, "2.1.19", wl.checker["run_required_files"], wl.checker["run_required_folders"])
 
 
-@rule("2.1.20", "runDlioConfig")
+@rule("2.1.20", "runDlioConfig", parts=True)
 def run_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A training run leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in training_leaves(pkg, "run"):
         yield from _dlio_config(leaf, "2.1.20", wl.checker["dlio_config_files"], "2.1.19")
 
 
-@rule("2.1.25", "checkpointingFiles")
+@rule("2.1.25", "checkpointingFiles", parts=True)
 def checkpointing_files(pkg: Package) -> Iterable[Finding]:
     """A checkpointing leaf holds the logs, JSON outputs and dlio_config/ the checker block lists."""
     for wl, leaf in checkpointing_leaves(pkg):
         yield from _leaf_files(leaf, "2.1.25", wl.checker["checkpoint_required_files"], wl.checker["checkpoint_required_folders"])
 
 
-@rule("2.1.26", "checkpointingDlioConfig")
+@rule("2.1.26", "checkpointingDlioConfig", parts=True)
 def checkpointing_dlio_config(pkg: Package) -> Iterable[Finding]:
     """A checkpointing leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
     for wl, leaf in checkpointing_leaves(pkg):
         yield from _dlio_config(leaf, "2.1.26", wl.checker["dlio_config_files"], "2.1.25")
 
 
-@rule("2.29", "dlioLog")
+@rule("2.29", "dlioLog", parts=True)
 def dlio_log(pkg: Package) -> Iterable[Finding]:
     """Every datagen, run and checkpointing leaf's dlio.log is a real log, not empty or pruned."""
     leaves = [leaf for phase in ("datagen", "run") for _, leaf in training_leaves(pkg, phase)]

@@ -53,16 +53,25 @@ not_applicable("2.1.24a", "grants permission to delete runs; what remains is che
 not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state")
 
 
-def _symlinks(root: Path) -> Iterator[Path]:
+def _symlinks(pkg: Package) -> Iterator[Path]:
     """Every symbolic link and special file (FIFO, socket, device) below the package root
-    (top-level dot entries excluded), unfollowed and unopened."""
-    stack = [(path, kind) for _, kind, path in visible(root)]
+    (top-level dot entries excluded), unfollowed and unopened: in a part of the package, below
+    its systems, and in the part that opens it, everywhere else."""
+    systems = pkg.whole is not None and {str(d) for d, _ in pkg.whole.system_dirs}
+    stack = [(path, kind) for _, kind, path in visible(pkg.root)] if pkg.opens else []
+    if systems:  # each part walks its systems (their subtrees come out whole, in the same order)
+        stack = [(d, DIR) for d, _ in reversed(pkg.system_dirs)] + stack
     while stack:
         path, kind = stack.pop()
         if kind in (LINK, OTHER):
             yield path
         elif kind == DIR:
-            stack.extend((child(path, name), kind) for name, kind in names(path).items() if kind != FILE)
+            for name, inner in names(path).items():
+                if inner == FILE:
+                    continue
+                entry = child(path, name)
+                if not (systems and inner == DIR and str(entry) in systems):
+                    stack.append((entry, inner))
 
 
 def _leaf_dirs(pkg: Package) -> Iterator[tuple[str, Path]]:
@@ -83,10 +92,10 @@ def _leaf_dirs(pkg: Package) -> Iterator[tuple[str, Path]]:
                         yield family, leaf
 
 
-@rule("1.1", "mlpstorageGeneratesHierarchy")
+@rule("1.1", "mlpstorageGeneratesHierarchy", parts=True)
 def generated_hierarchy(pkg: Package) -> Iterable[Finding]:
     """No symlinks; no hand-made files beside submission.yaml; every leaf carries mlpstorage's metadata."""
-    for link in _symlinks(pkg.root):
+    for link in _symlinks(pkg):
         if not link.is_symlink():
             yield finding("1.1", INVALID, link, "a special file (FIFO, socket or device): mlpstorage writes none, "
                                                 "and the checker does not open it")
@@ -96,7 +105,7 @@ def generated_hierarchy(pkg: Package) -> Iterable[Finding]:
         except OSError:
             target = "?"
         yield finding("1.1", INVALID, link, f"symbolic link to {target}: mlpstorage writes none, and the checker does not follow it")
-    for division, org, org_dir in pkg.orgs:
+    for division, org, org_dir in pkg.orgs if pkg.opens else ():
         for name, kind, path in visible(org_dir):
             if kind == FILE and name != MANIFEST:
                 yield finding("1.1", INVALID, path, f"{name} beside results/ and systems/ is not written by mlpstorage "
@@ -162,7 +171,7 @@ def _declared_text(rec: LeafRecord) -> str:
     return "\n".join(parts)
 
 
-@rule("1.2", "storageBackendEnvVarDeclaration")
+@rule("1.2", "storageBackendEnvVarDeclaration", parts=True)
 def backend_env(pkg: Package) -> Iterable[Finding]:
     """A CLOSED run with a storage-backend variable set must declare it in its configuration."""
     for family in ("training", "checkpointing"):
@@ -196,10 +205,10 @@ def submitter_names(pkg: Package) -> Iterable[Finding]:
                                                      "(replace blanks and the like with dashes)")
 
 
-@rule("2.1.4", "closedSubmitterDirectory")
+@rule("2.1.4", "closedSubmitterDirectory", parts=True)
 def submitter_directories(pkg: Package) -> Iterable[Finding]:
     """closed/ and open/ hold one directory per submitter and nothing else."""
-    for division in DIVISIONS:
+    for division in DIVISIONS if pkg.opens else ():
         base = pkg.root / division
         if not real_dir(base):
             continue
@@ -270,10 +279,10 @@ def systems_files(pkg: Package) -> Iterable[Finding]:
                     yield finding("2.1.7", INVALID, systems / f"{stem}.pdf", f"{stem}.pdf is not a PDF document")
 
 
-@rule("2.1.8", "resultsDirectorySystems")
+@rule("2.1.8", "resultsDirectorySystems", parts=True)
 def results_systems(pkg: Package) -> Iterable[Finding]:
     """results/ holds one directory per system, each described by systems/<name>.yaml and .pdf."""
-    for division, org, org_dir in pkg.orgs:
+    for division, org, org_dir in pkg.orgs if pkg.opens else ():
         results = org_dir / "results"
         if not real_dir(results):
             continue
@@ -393,7 +402,7 @@ def _host_profiles(rec: LeafRecord) -> dict[tuple[str, str], dict[str, Any]]:
     return found
 
 
-@rule("2.1.9", "identicalSystemConfig")
+@rule("2.1.9", "identicalSystemConfig", parts=True)
 def identical_system(pkg: Package) -> Iterable[Finding]:
     """Every run under one system name records the same client hosts (memory, cores, OS), and the ones its description states."""
     yield from description_drift(pkg)

@@ -27,7 +27,7 @@ def _checker_block(leaf: Leaf) -> dict:
     return tables.checker(edition)
 
 
-@rule("3.1.1", "trainingVerifyDatasizeUsage")
+@rule("3.1.1", "trainingVerifyDatasizeUsage", parts=True)
 def datasize_usage(pkg: Package) -> Iterable[Finding]:
     """A workload with runs has a datasize leaf; each run's metadata has args and parameters.dataset."""
     runs = _training(pkg, "run")
@@ -66,7 +66,7 @@ def min_total_files(batch_size: int, accelerators: int, host_memory_gb: list[flo
     return math.ceil(max(by_steps, by_memory) / samples_per_file)
 
 
-@rule("3.1.2", "trainingRecalculateDatasetSize")
+@rule("3.1.2", "trainingRecalculateDatasetSize", parts=True)
 def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
     """A run's num_files_train is at least the minimum recomputed from its summary and metadata."""
     for leaf in _training(pkg, "run"):
@@ -94,7 +94,7 @@ def recalculate_datasize(pkg: Package) -> Iterable[Finding]:
             yield finding("3.1.2", INVALID, leaf.path, f"num_files_train {used} < required minimum {needed}")
 
 
-@rule("3.3.2", "trainingAcceleratorUtilizationCheck")
+@rule("3.3.2", "trainingAcceleratorUtilizationCheck", parts=True)
 def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
     """Each run's mean AU meets the model's minimum and DLIO judged it a success."""
     for leaf in _training(pkg, "run"):
@@ -143,7 +143,7 @@ def _datasize_for(pkg: Package, run: Leaf) -> tuple[Leaf | None, str | None]:
     return None, f"{len(matching)} datasize leaves record data_dir {data_dir!r}"
 
 
-@rule("3.2.1", "trainingDatagenMinimumSize")
+@rule("3.2.1", "trainingDatagenMinimumSize", parts=True)
 def datagen_minimum(pkg: Package) -> Iterable[Finding]:
     """Datagen generated at least as many files as datasize calculated."""
     for gen in _training(pkg, "datagen"):
@@ -154,7 +154,7 @@ def datagen_minimum(pkg: Package) -> Iterable[Finding]:
                 yield finding("3.2.1", INVALID, gen.path, f"datagen made {generated} files, datasize {sized.path.name} asked for {needed}")
 
 
-@rule("3.3.1", "trainingRunDataMatchesDatasize")
+@rule("3.3.1", "trainingRunDataMatchesDatasize", parts=True)
 def run_matches_datasize(pkg: Package) -> Iterable[Finding]:
     """datasize.num_files_train <= run's num_files_train <= datagen's; manifests agree."""
     for run in _training(pkg, "run"):
@@ -211,7 +211,7 @@ def _system(pkg: Package, leaf: Leaf) -> dict:
     return cache[key]
 
 
-@rule("3.3.3", "trainingSingleHostSimulatedAccelerators")
+@rule("3.3.3", "trainingSingleHostSimulatedAccelerators", parts=True)
 def single_host_accelerators(pkg: Package) -> Iterable[Finding]:
     """A single-host run simulating fewer than 4 accelerators draws a warning."""
     for run in _training(pkg, "run"):
@@ -220,7 +220,7 @@ def single_host_accelerators(pkg: Package) -> Iterable[Finding]:
             yield finding("3.3.3", WARNING, run.path, f"single-host run simulates {count} accelerator(s), fewer than 4")
 
 
-@rule("3.3.4", "trainingSingleHostClientLimit")
+@rule("3.3.4", "trainingSingleHostClientLimit", parts=True)
 def single_host_client_limit(pkg: Package) -> Iterable[Finding]:
     """A system declared single-host (capabilities.multi_host false) has no multi-client run."""
     for run in _training(pkg, "run"):
@@ -229,7 +229,7 @@ def single_host_client_limit(pkg: Package) -> Iterable[Finding]:
             yield finding("3.3.4", INVALID, run.path, f"single-host system but the run used {_hosts(run)} client hosts")
 
 
-@rule("3.3.6", "trainingIdenticalAcceleratorsPerNode")
+@rule("3.3.6", "trainingIdenticalAcceleratorsPerNode", parts=True)
 def identical_accelerators(pkg: Package) -> Iterable[Finding]:
     """A distributed run spreads its accelerators evenly over its hosts."""
     for run in _training(pkg, "run"):
@@ -246,7 +246,7 @@ def _host_records(leaf: Leaf) -> list[dict]:
     return []
 
 
-@rule("3.3.7", "trainingNodeCapabilityConsistency")
+@rule("3.3.7", "trainingNodeCapabilityConsistency", parts=True)
 def node_capability(pkg: Package) -> Iterable[Finding]:
     """Hosts of a distributed run differ by at most 1.5x in memory and cores (else a warning)."""
     for run in _training(pkg, "run"):
@@ -263,7 +263,7 @@ def node_capability(pkg: Package) -> Iterable[Finding]:
             yield finding("3.3.7", WARNING, run.path, f"host consistency issues recorded: {issues}")
 
 
-@rule("3.3.8", "trainingResultAggregation")
+@rule("3.3.8", "trainingResultAggregation", parts=True)
 def result_aggregation(pkg: Package) -> Iterable[Finding]:
     """No measured run of a workload has an empty per-epoch metric list."""
     from mlpstorage_py.report.figures import training as training_figures
@@ -278,7 +278,7 @@ def result_aggregation(pkg: Package) -> Iterable[Finding]:
                 yield finding("3.3.8", INVALID, workload, issue)
 
 
-@rule("3.4.1", "trainingMlpstoragePathArgs")
+@rule("3.4.1", "trainingMlpstoragePathArgs", parts=True)
 def path_args(pkg: Package) -> Iterable[Finding]:
     """A run records both a data directory and a results directory, and they differ."""
     resolved = functools.cache(lambda path: Path(path).resolve())  # the runs of a workload share their directories
@@ -293,7 +293,7 @@ def path_args(pkg: Package) -> Iterable[Finding]:
             yield finding("3.4.1", INVALID, run.path, "data_dir and results_dir are the same directory")
 
 
-@rule("3.4.2", "trainingMlpstorageFilesystemCheck")
+@rule("3.4.2", "trainingMlpstorageFilesystemCheck", parts=True)
 def filesystem_check(pkg: Package) -> Iterable[Finding]:
     """Each run carries fs_separation.json with same_filesystem false (or a df listing); object-API systems are exempt."""
     for run in _training(pkg, "run"):
@@ -316,7 +316,7 @@ def _overrides_outside(leaf: Leaf, division: str) -> list[str]:
     return sorted(k for k in overrides if k not in allowed) if isinstance(overrides, dict) else []
 
 
-@rule("3.6.2", "trainingClosedSubmissionParameters")
+@rule("3.6.2", "trainingClosedSubmissionParameters", parts=True)
 def closed_parameters(pkg: Package) -> Iterable[Finding]:
     """CLOSED training leaves override only the CLOSED tunables."""
     for leaf in pkg.leaves:
@@ -325,7 +325,7 @@ def closed_parameters(pkg: Package) -> Iterable[Finding]:
                 yield finding("3.6.2", INVALID, leaf.path, f"{key} is not a CLOSED tunable")
 
 
-@rule("3.6.3", "trainingOpenSubmissionParameters")
+@rule("3.6.3", "trainingOpenSubmissionParameters", parts=True)
 def open_parameters(pkg: Package) -> Iterable[Finding]:
     """OPEN training leaves override only the CLOSED and OPEN tunables."""
     for leaf in pkg.leaves:

@@ -31,7 +31,7 @@ from mlpstorage_py.checker.vdb_leaves import (
     _leaves, _not_checked, _number)
 
 
-@rule("5.1.1", "vdbDatasetScale")
+@rule("5.1.1", "vdbDatasetScale", parts=True)
 def dataset_scale(pkg: Package) -> Iterable[Finding]:
     """Each run's num_vectors x dimension is one of the defined scales (read from summary.json,
     config.json, the metadata, result_verdict.json's collection total or the paired load)."""
@@ -60,7 +60,7 @@ def dataset_scale(pkg: Package) -> Iterable[Finding]:
                           f"{n:,} vectors ({n_from}) x {dim} dimensions ({dim_from}) is not a defined scale ({named}; {source})")
 
 
-@rule("5.1.2", "vdbDimensionConsistency")
+@rule("5.1.2", "vdbDimensionConsistency", parts=True)
 def dimension_consistency(pkg: Package) -> Iterable[Finding]:
     """Each run's dimension equals the dimension its datagen (load) leaf recorded."""
     for run in _leaves(pkg, "run"):
@@ -92,7 +92,7 @@ def dimension_consistency(pkg: Package) -> Iterable[Finding]:
 
 # --- 5.2 load ------------------------------------------------------------------------------
 
-@rule("5.2.1", "vdbCollectionPopulated")
+@rule("5.2.1", "vdbCollectionPopulated", parts=True)
 def collection_populated(pkg: Package) -> Iterable[Finding]:
     """Datagen inserted exactly num_vectors vectors (and a run's collection held them). Only a
     recorded shortfall fails (the rule fails "on a shortfall"); an unrecorded count is a WARNING."""
@@ -195,7 +195,7 @@ def _compaction(gen: Vdb) -> str | None:
     return None
 
 
-@rule("5.2.2", "vdbIndexBuildCompleted")
+@rule("5.2.2", "vdbIndexBuildCompleted", parts=True)
 def index_build(pkg: Package) -> Iterable[Finding]:
     """The load output records a completed index build of the loaded data (and compaction when
     configured), of the run's index type. The rule makes the record itself mandatory ("must
@@ -225,7 +225,7 @@ def index_build(pkg: Package) -> Iterable[Finding]:
 
 # --- 5.3 runs ------------------------------------------------------------------------------
 
-@rule("5.3.1", "vdbRunCount")
+@rule("5.3.1", "vdbRunCount", parts=True)
 def run_count(pkg: Package) -> Iterable[Finding]:
     """Each <INDEX>/run/ holds exactly five timestamp directories, each with a summary.json."""
     for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
@@ -264,7 +264,7 @@ def _recall(v: Vdb) -> tuple[Any, str]:
     return None, "nowhere"
 
 
-@rule("5.3.2", "vdbRecallReported")
+@rule("5.3.2", "vdbRecallReported", parts=True)
 def recall_reported(pkg: Package) -> Iterable[Finding]:
     """Each run reports a recall in [0, 1] above zero; the minimum-recall table is not defined (INFO)."""
     for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
@@ -313,7 +313,7 @@ def _issued(v: Vdb) -> tuple[int | None, str]:
     return None, "nowhere"
 
 
-@rule("5.3.3", "vdbQueryCountMinimum")
+@rule("5.3.3", "vdbQueryCountMinimum", parts=True)
 def query_count(pkg: Package) -> Iterable[Finding]:
     """Each run issued its queries (all of --queries in query_count mode); the benchmark minimum is not defined (INFO)."""
     for workload, runs in sorted(_by_workload(_leaves(pkg, "run")).items()):
@@ -342,7 +342,7 @@ def query_count(pkg: Package) -> Iterable[Finding]:
                                                    f"{min(counts):,} to {max(counts):,} queries issued, not judged")
 
 
-@rule("5.3.4", "vdbMetricsReported")
+@rule("5.3.4", "vdbMetricsReported", parts=True)
 def metrics_reported(pkg: Package) -> Iterable[Finding]:
     """Each run's summary.json reports throughput_qps and the mean/p95/p99/p999 latencies; a run
     whose summary.json is missing (5.3.1) is read from its native statistics.json."""
@@ -357,7 +357,7 @@ def metrics_reported(pkg: Package) -> Iterable[Finding]:
             yield finding("5.3.4", INVALID, path, f"{source} does not report {', '.join(missing)}")
 
 
-@rule("5.3.5", "vdbGroundTruthIntegrity")
+@rule("5.3.5", "vdbGroundTruthIntegrity", parts=True)
 def ground_truth(pkg: Package) -> Iterable[Finding]:
     """Each run's recall was scored against ground truth covering every vector of the dataset.
     A failed or partial ground truth is INVALID; a run that records none is a WARNING (the rule

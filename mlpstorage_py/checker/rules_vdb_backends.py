@@ -26,7 +26,7 @@ def _api(pkg: Package, v: Vdb) -> str | None:
     return None if problem else dig(sut, "solution", "architecture", "benchmark_API")
 
 
-@rule("5.4.1", "vdbPathArgs")
+@rule("5.4.1", "vdbPathArgs", parts=True)
 def path_args(pkg: Package) -> Iterable[Finding]:
     """File-API leaves record a storage root and a results directory, and they are apart."""
     for v in _leaves(pkg):
@@ -84,7 +84,7 @@ def _df_from_log(v: Vdb) -> tuple[tuple[dict, dict] | None, str]:
     return None, ""
 
 
-@rule("5.4.2", "vdbFilesystemCheck")
+@rule("5.4.2", "vdbFilesystemCheck", parts=True)
 def filesystem_check(pkg: Package) -> Iterable[Finding]:
     """The leaf's log holds a df of the data directory and of the results directory, on different filesystems."""
     for v in _leaves(pkg):
@@ -120,7 +120,7 @@ def _is_object(value: Any) -> bool:
     return isinstance(value, str) and any(t in value.lower() for t in OBJECT_TYPES)
 
 
-@rule("5.5.1", "vdbObjectStorageBackend")
+@rule("5.5.1", "vdbObjectStorageBackend", parts=True)
 def object_backend(pkg: Package) -> Iterable[Finding]:
     """An object-API system records an S3-compatible backend; each leaf's storage type agrees with the declared API."""
     told: set[tuple[str, str, str]] = set()
@@ -149,7 +149,7 @@ def object_backend(pkg: Package) -> Iterable[Finding]:
 
 # --- 5.6 CLOSED / OPEN --------------------------------------------------------------------
 
-@rule("5.6.2", "vdbClosedDatabaseBackend")
+@rule("5.6.2", "vdbClosedDatabaseBackend", parts=True)
 def closed_backend(pkg: Package) -> Iterable[Finding]:
     """CLOSED leaves record database.database milvus, under vector_database/milvus/."""
     for v in _leaves(pkg):
@@ -166,7 +166,7 @@ def closed_backend(pkg: Package) -> Iterable[Finding]:
             yield finding("5.6.2", INVALID, v.path, f"the leaf is under vector_database/{v.engine}/ but records database {database!r}")
 
 
-@rule("5.6.3", "vdbClosedIndexTypes")
+@rule("5.6.3", "vdbClosedIndexTypes", parts=True)
 def closed_index_types(pkg: Package) -> Iterable[Finding]:
     """CLOSED leaves record, and sit under, one of the CLOSED index types (DISKANN, HNSW, AISAQ)."""
     allowed = tables.workloads()[FAMILY]["index_types"]["closed"]
@@ -192,7 +192,7 @@ def _overrides(v: Vdb) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-@rule("5.6.4", "vdbClosedSubmissionParameters")
+@rule("5.6.4", "vdbClosedSubmissionParameters", parts=True)
 def closed_parameters(pkg: Package) -> Iterable[Finding]:
     """CLOSED leaves change only the CLOSED tunables; the OPEN-only settings keep their CLOSED values."""
     allowed = tables.param_allowlist(FAMILY, "closed") | tables.tool_injected_params(FAMILY)
@@ -218,7 +218,7 @@ def closed_parameters(pkg: Package) -> Iterable[Finding]:
             yield finding("5.6.4", INVALID, v.rec.meta_path, f"the tool judged this run {verdict}, not CLOSED")
 
 
-@rule("5.6.5", "vdbOpenSubmissionParameters")
+@rule("5.6.5", "vdbOpenSubmissionParameters", parts=True)
 def open_parameters(pkg: Package) -> Iterable[Finding]:
     """OPEN leaves record a supported backend and change only CLOSED, OPEN or backend-native index parameters."""
     allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)

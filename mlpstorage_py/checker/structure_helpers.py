@@ -311,7 +311,8 @@ class Workload:
 
 def workloads(pkg: Package, family: str) -> list[Workload]:
     """Every real workload directory of a family the edition sanctions, in the submissions the
-    checker can judge (a directory of any other name is reported by 2.1.11/2.1.21 alone).
+    checker can judge (a directory of any other name is reported by 2.1.11/2.1.21 alone), and
+    in a part of the package, its systems'.
     Listed once per validation: many rules ask."""
     cache = vars(pkg).setdefault("_workloads", {})
     if family not in cache:
@@ -327,7 +328,7 @@ def _find_workloads(pkg: Package, family: str) -> Iterator[Workload]:
         models = sanctioned(pkg, division, org, family)
         for system, kind, system_dir in visible(org_dir / "results"):
             family_dir = system_dir / family
-            if kind != DIR or not real_dir(family_dir):
+            if kind != DIR or not pkg.includes(system_dir) or not real_dir(family_dir):
                 continue
             for model, mkind, path in visible(family_dir):
                 if mkind == DIR and model in models:
