@@ -5,10 +5,10 @@ PKG` in a subprocess: start-up, rules and the grouped report it prints). Prints 
 and leaves/second, and the time to walk the tree with os.walk as the reference measured in the
 same run (the floor any checker pays). The goal (<= 3 s per 10,000 leaves) is the command's.
 
-validate reads each file once, and from checker.HELPER_MIN_LEAVES leaves on, with a second
-core free, runs the leaf-file rules in a forked helper process: the figure depends on the
-cores the machine gives. The replicated systems hold identical files, so a cache keyed by
-content would flatter it; validate keys what it reads by path.
+validate reads each file once, and from checker.POOL_MIN_LEAVES leaves on, with a second
+core free, checks the package in forked workers, part by part (checker.workers): the figure
+depends on the cores the machine gives. The replicated systems hold identical files, so a
+cache keyed by content would flatter it; validate keys what it reads by path.
 
     .venv/bin/python bench/validate_speed.py [--leaves 10000]
 """
@@ -63,8 +63,7 @@ def main() -> None:
         start = time.perf_counter()
         files = sum(len(f) for _, _, f in os.walk(root))
         walk = time.perf_counter() - start
-        # The command first, while this process holds nothing of the package: 100,000 leaves
-        # are several GiB of parsed records per process on a 24 GiB machine.
+        # The command first, while this process holds nothing of the package.
         start = time.perf_counter()
         cli = subprocess.run([str(Path(sys.executable).parent / "mlpstorage"), "validate", str(root)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

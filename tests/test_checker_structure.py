@@ -358,18 +358,16 @@ def test_a_hostile_package_never_crashes_a_rule(fresh):
     assert len(links) == 3
 
 
-def test_a_helper_process_changes_no_finding(fresh, monkeypatch):
-    """A large package is checked in two processes: the findings, in order, are those of one."""
+def test_workers_change_no_finding(fresh, monkeypatch):
+    """A large package is checked by forked workers: the findings, in order, are those of one process."""
     root = fresh()
     break_everything(root)
-    monkeypatch.setattr(checker, "HELPER_MIN_LEAVES", 10 ** 9)
+    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 10 ** 9)
     alone = checker.validate(root)[1]
-    monkeypatch.setattr(checker, "HELPER_MIN_LEAVES", 0)
-    pkg, helped = checker.validate(root)
-    if len(os.sched_getaffinity(0)) > 1:
-        assert checker._helped_rules(pkg), "the helper process was not used"
-    assert helped == alone
-    monkeypatch.setattr(checker._Helper, "_help", staticmethod(lambda *_: os._exit(1)))  # a helper that dies
+    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 0)
+    monkeypatch.setattr(checker.workers, "workers_here", lambda: 2)
+    assert checker.validate(root)[1] == alone
+    monkeypatch.setattr(checker.workers, "_work", lambda task, send: os._exit(1))  # workers that die
     assert checker.validate(root)[1] == alone
 
 

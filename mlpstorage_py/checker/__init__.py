@@ -4,38 +4,28 @@ from __future__ import annotations
 
 import gc
 import json
-import multiprocessing
-import os
-import sys
-import threading
 from collections import defaultdict
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
-from mlpstorage_py.checker import files, rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
+from mlpstorage_py.checker import files, workers, rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
 from mlpstorage_py.checker.package import Package
-from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding
+from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, run_rule
 from mlpstorage_py.rules.tables import rule_index
 
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).
 RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing,
                 rules_checkpointing_run, rules_vdb, rules_vdb_backends, rules_kvcache, rules_kvcache_workload,
                 rules_kvcache_aggregate, rules_kvcache_storage)
-# A large package is checked in two processes where two cores are free: a forked helper runs
-# the rules that read most files of every leaf (presence, JSON and YAML shapes, logs, links,
-# host records, results tables), this process the others; each reads what its rules need.
-# A rule is the same function of the same files wherever it runs, so neither the findings nor
-# their order change. The split was chosen by timing both halves; a small package is not
-# worth the fork.
-HELPER_RULES = ("1.1", "2.1.9", "2.1.14", "2.1.15", "2.1.19", "2.1.20", "2.1.25", "2.1.26", "2.29", "RPT-01")
-HELPER_MIN_LEAVES = 1000
-# Leaves per part of a large package (Package.parts): a part's readings are released before
-# the next, so memory stays that of one part (at 100,000 leaves, holding everything cost each
-# process 4 GiB and a fifth of its time in page faults).
+# A package of POOL_MIN_LEAVES leaves or more is checked in forked workers where two cores are
+# free (checker.workers); a smaller one is not worth the forks.
+POOL_MIN_LEAVES = 1000
+# Leaves per part of a large package (Package.parts), at most: a part's readings go when its
+# worker exits (or, checked here, are released before the next part), so memory stays that of
+# a few parts (at 100,000 leaves, holding everything cost each process 4 GiB and a fifth of its
+# time in page faults).
 PART_LEAVES = 2000
 
 
@@ -44,35 +34,26 @@ def validate(root: Path, submitters: set[str] | None = None,
     """Run every registered rule; a rule that crashes is itself a finding, never a silent pass.
 
     Package.load starts a new reading: each file is read and parsed once, however many rules
-    ask, and kept until the next, or, in a large package, until the rules that run part by
-    part are done with its part (Package.parts). The cyclic garbage collector is paused
-    meanwhile: the parsed package is millions of long-lived objects without cycles, which it
-    would otherwise traverse again and again as they accumulate (a third of the time of a large
-    package). It resumes with them frozen (gc.freeze), or its next pass would walk them all
-    once more; refcounting still frees them when the next reading starts, which hands the
-    frozen back to it."""
+    ask, and kept until the next, or, in a large package, until its part is done (Package.parts).
+    The cyclic garbage collector is paused meanwhile: the parsed package is millions of
+    long-lived objects without cycles, which it would otherwise traverse again and again as
+    they accumulate (a third of the time of a large package). It resumes with them frozen
+    (gc.freeze), or its next pass would walk them all once more; refcounting still frees them
+    when the next reading starts, which hands the frozen back to it."""
     collecting = gc.isenabled()
     gc.disable()
     if collecting:
         gc.unfreeze()
-    helper = None
     try:
         pkg = Package.load(root, submitters)
         pkg.reference_digest = reference
-        parts = pkg.parts(PART_LEAVES)
-        helped = _helped_rules(pkg)
-        if helped:
-            try:
-                helper = _Helper(pkg, parts, helped)
-                pkg.manifests_from = helper.manifests
-            except OSError:  # no process to be had: this one runs every rule
-                helped = []
-        found = _run_rules(pkg, parts, [number for number in RULES if number not in helped])
-        found.update((helper.findings() if helper else None) or _run_rules(pkg, parts, helped))
-        pkg.manifests_from = None
+        numbers = list(RULES)
+        pool = workers.workers_here() if len(pkg.leaves) >= POOL_MIN_LEAVES else 0
+        if pool > 1:
+            found = workers.check(pkg, numbers, PART_LEAVES, pool)
+        else:
+            found = _run_rules(pkg, pkg.parts(PART_LEAVES), numbers)
     finally:
-        if helper:
-            helper.stop()
         if collecting:
             gc.freeze()
             gc.enable()
@@ -80,18 +61,18 @@ def validate(root: Path, submitters: set[str] | None = None,
 
 
 def _run_rules(pkg: Package, parts: list[Package], numbers: list[str]) -> dict[str, list[Finding]]:
-    """{rule: findings} of some rules: those that allow it part after part (each part's
+    """{rule: findings} in this process: the rules that allow it part after part (each part's
     readings released once its rules are done), then the others over the whole package."""
     found: dict[str, list[Finding]] = {number: [] for number in numbers}
     by_part = [number for number in numbers if RULES[number].parts]
     for part in parts if by_part else []:
         since = files.mark()
         for number in by_part:
-            found[number].extend(_run(number, part))
+            found[number].extend(run_rule(number, part))
         part.release(since)
     for number in numbers:
         if not RULES[number].parts:
-            found[number] = _run(number, pkg)
+            found[number] = run_rule(number, pkg)
     return found
 
 
@@ -106,74 +87,6 @@ def _in_order(pkg: Package, found: dict[str, list[Finding]]) -> list[Finding]:
         return (0, f.path) if result == "package" else (1 + position[result], "")
 
     return [f for number in RULES for f in sorted(found[number], key=place)]
-
-
-def _run(number: str, pkg: Package) -> list[Finding]:
-    """One rule's findings; a crash ends them with a finding that says so."""
-    entry, found = RULES[number], []
-    try:
-        found.extend(entry.func(pkg))
-    except Exception as exc:  # noqa: BLE001 - report, do not hide
-        found.append(entry.finding(INVALID, pkg.root, f"checker error: {type(exc).__name__}: {exc}"))
-    return found
-
-
-def _helped_rules(pkg: Package) -> list[str]:
-    """The rules a helper process runs: none for a small package, without a second core, or
-    in a daemonic process (which may not start one)."""
-    if (len(pkg.leaves) < HELPER_MIN_LEAVES or sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2
-            or multiprocessing.current_process().daemon):
-        return []
-    return [number for number in HELPER_RULES if number in RULES]
-
-
-class _Helper:
-    """A forked process running some of the rules on the package as listed so far. It reads the
-    organizations' submission.yaml first and hands them over (the edition-dependent rules of
-    both processes need them, and this one sets out with others), then its rules' findings.
-    Either answer is None when the helper could not give it."""
-
-    def __init__(self, pkg: Package, parts: list[Package], numbers: list[str]):
-        context = multiprocessing.get_context("fork")
-        self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=self._help, args=(pkg, parts, numbers, send), daemon=True)
-        self._process.start()
-        send.close()
-        self._handed = False
-
-    @staticmethod
-    def _help(pkg: Package, parts: list[Package], numbers: list[str], send: Connection) -> None:
-        manifests = {(division, org): pkg.manifest(division, org) for division, org, _ in pkg.orgs}
-        handing = threading.Thread(target=send.send, args=(manifests,))  # the pipe holds little: do not wait
-        handing.start()
-        findings = _run_rules(pkg, parts, numbers)
-        handing.join()
-        send.send(findings)
-
-    def _next(self) -> Any:
-        try:
-            return self._receive.recv()
-        except (EOFError, OSError):
-            return None
-
-    def manifests(self) -> dict[tuple[str, str], tuple[Path, Any] | None] | None:
-        """{(division, org): Package.manifest(...)} as the helper read them (asked for once)."""
-        self._handed = True
-        return self._next()
-
-    def findings(self) -> dict[str, list[Finding]] | None:
-        if not self._handed:
-            self.manifests()
-        found = self._next()
-        self._process.join()
-        return found
-
-    def stop(self) -> None:
-        """Close the pipe, and end a helper still running (validation was interrupted)."""
-        self._receive.close()
-        if self._process.is_alive():
-            self._process.terminate()
-        self._process.join()
 
 
 def coverage_text() -> str:

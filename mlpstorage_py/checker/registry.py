@@ -64,6 +64,16 @@ def rule(number: str, name: str, parts: bool = False) -> Callable[[RuleFunc], Ru
     return register
 
 
+def run_rule(number: str, pkg: "Package") -> list[Finding]:
+    """One rule's findings; a crash ends them with a finding that says so, never a silent pass."""
+    entry, found = RULES[number], []
+    try:
+        found.extend(entry.func(pkg))
+    except Exception as exc:  # noqa: BLE001 - report, do not hide
+        found.append(entry.finding(INVALID, pkg.root, f"checker error: {type(exc).__name__}: {exc}"))
+    return found
+
+
 def finding(number: str, severity: str, path: Path | str, message: str) -> Finding:
     return RULES[number].finding(severity, path, message)
 

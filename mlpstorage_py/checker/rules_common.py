@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable
 
 from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.checker.package import TIMESTAMP, Package
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
@@ -261,35 +261,31 @@ def _ids(path: Path) -> set[str]:
     return {str(r["Public ID"]) for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict) and r.get("Public ID")}
 
 
-def _workload_tables(pkg: Package, results: Path) -> Iterable[Path]:
-    """Every results.json in a real directory below results/ (the rollup's own excluded), of
-    this part's systems."""
-    stack = [path for _, kind, path in files.entries(results) if kind == files.DIR and pkg.includes(path)]
+def _workload_tables(results: Path) -> Iterable[Path]:
+    """Every results.json in a real directory below results/ (the rollup's own excluded),
+    short of the timestamp directories: a run's own files are no workload-level table, and
+    what lies above them Package.load has listed already."""
+    stack = [path for _, kind, path in files.entries(results) if kind == files.DIR]
     while stack:
         directory = stack.pop()
         for name, kind, path in files.entries(directory):
-            if kind == files.DIR:
+            if kind == files.DIR and not TIMESTAMP.match(name):
                 stack.append(path)
             elif name == "results.json" and kind == files.FILE:
                 yield path
 
 
-@rule("RPT-01", "rollupTableAgreement", parts=True)
+@rule("RPT-01", "rollupTableAgreement")
 def rollup_agreement(pkg: Package) -> Iterable[Finding]:
-    """Public IDs in an organization's rollup and in its workload-level results.json agree.
-
-    Each part adds its systems' IDs to the package's tally; the last compares."""
-    tally: dict[tuple[str, str], set[str]] = vars(pkg.whole or pkg).setdefault("_workload_ids", {})
+    """Public IDs in an organization's rollup and in its workload-level results.json agree."""
     for division, org, org_dir in pkg.orgs:
-        if files.real_file(org_dir / "results" / "results.json"):
-            found = tally.setdefault((division, org), set())
-            for path in _workload_tables(pkg, org_dir / "results"):
-                found |= _ids(path)
-    for division, org, org_dir in pkg.orgs if pkg.closes else ():
         rollup = org_dir / "results" / "results.json"
-        if (division, org) not in tally:
+        if not files.real_file(rollup):
             continue
-        workload, top = tally[(division, org)], _ids(rollup)
+        workload = set()
+        for path in _workload_tables(org_dir / "results"):
+            workload |= _ids(path)
+        top = _ids(rollup)
         for missing in sorted(top - workload):
             yield finding("RPT-01", INVALID, rollup, f"Public ID {missing} has no workload-level results.json row")
         for missing in sorted(workload - top):
