@@ -102,9 +102,12 @@ def test_workers_find_what_one_process_finds(three_systems, monkeypatch):
     monkeypatch.setattr(workers, "_start", lambda context, task: started.append(task) or start(context, task))
     assert findings(three_systems, monkeypatch, 1, pooled=True) == alone
     counts = [n for _, n in Package.load(three_systems).system_dirs]
-    last = started[-1 - len(counts):]  # this validation's (MLPS_CHECK_PARTS=1 validates twice)
-    assert [len(part.leaves) for part, _ in last[1:]] == counts
-    assert last[0][0].whole is None and not any(RULES[n].parts for n in last[0][1])
+    last = started[-2 - len(counts):]  # this validation's (MLPS_CHECK_PARTS=1 validates twice)
+    assert [len(part.leaves) for part, _ in last[2:]] == counts
+    # first the whole-package rules, those that need no submission.yaml (started before it is parsed) apart
+    assert [task[0].whole for task in last[:2]] == [None, None]
+    assert set(last[0][1]) == workers.BEFORE_MANIFESTS and set(last[0][1]).isdisjoint(last[1][1])
+    assert not any(RULES[n].parts for n in last[0][1] + last[1][1])
     monkeypatch.setattr(workers, "_work", lambda task, send: os._exit(1))
     assert findings(three_systems, monkeypatch, 1, pooled=True) == alone
     monkeypatch.setattr(workers, "TASK_DEADLINE_S", 0.5)
@@ -138,3 +141,11 @@ def test_part_by_part_on_mutated_packages(three_systems, tmp_path_factory, cases
     shutil.rmtree(work, ignore_errors=True)
     assert parted == whole, cases
     assert pooled == whole, cases
+
+
+def test_rules_checked_before_the_manifests_never_ask_for_them(three_systems, monkeypatch):
+    """workers.BEFORE_MANIFESTS run while submission.yaml is parsed: none of them reads it."""
+    pkg = Package.load(three_systems)
+    monkeypatch.setattr(Package, "manifest", lambda *_: pytest.fail("asked for submission.yaml"))
+    for number in sorted(workers.BEFORE_MANIFESTS):
+        list(RULES[number].func(pkg))
