@@ -116,11 +116,16 @@ def _start(context: Any, task: Task) -> tuple[Connection, Any] | None:
     """A worker checking the task, with the end of its pipe; None when no process is to be had."""
     try:
         receive, send = context.Pipe(duplex=False)
+    except OSError:
+        return None
+    try:
         process = context.Process(target=_work, args=(task, send), daemon=True)
         process.start()
     except OSError:
+        receive.close()
         return None
-    send.close()
+    finally:
+        send.close()
     return receive, process
 
 
