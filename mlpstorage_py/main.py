@@ -120,7 +120,7 @@ def dispatch(argv: list[str], started: float) -> int:
 def _read_package(handler: Any, args: dict[str, Any], argv: list[str]) -> int:
     """A package reader builds millions of small acyclic objects (10 per file, 13 files a leaf):
     the cyclic collector's passes over them cost a quarter of validate's time and free nothing,
-    so it is paused while the command runs (and in the checker's forked helper, which inherits
+    so it is paused while the command runs (and in the checker's forked workers, which inherit
     it); the installed command then also skips the interpreter's teardown of them (console()).
     The collector resumes with what exists frozen: resumed plainly, its next pass would first
     walk every object the reading left (0.2 s for 10,000 leaves, 2 s for 100,000); the next
