@@ -55,14 +55,14 @@ def validate_part_by_part(monkeypatch):
     suite also runs its rules part by part, one system a part, and must find the same."""
     from mlpstorage_py import checker
 
-    whole_run = checker.validate
+    unwrapped = checker.validate
 
     def both_ways(*args, **kwargs):
         asked = checker.PART_LEAVES  # run the other way first, then as the caller asked
         checker.PART_LEAVES = 1 if asked > 1 else 10 ** 9
-        _, other = whole_run(*args, **kwargs)
+        _, other = unwrapped(*args, **kwargs)
         checker.PART_LEAVES = asked
-        pkg, found = whole_run(*args, **kwargs)
+        pkg, found = unwrapped(*args, **kwargs)
         assert [f.as_dict() for f in other] == [f.as_dict() for f in found], "part by part differs"
         return pkg, found
 

@@ -7,7 +7,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from mlpstorage_py.checker import files, workers, rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
+from mlpstorage_py.checker import files, workers
+from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
@@ -115,8 +116,7 @@ def result_names(pkg: Package) -> dict[str, str]:
     with 3,861 findings)."""
     cached = getattr(pkg, "_result_names", None)  # (leaf count it was built for, {path: name})
     if cached is None or cached[0] != len(pkg.leaves):
-        below = len(str(pkg.root).rstrip("/")) + 1
-        cached = (len(pkg.leaves), {str(r): str(r)[below:] for r in pkg.results()})
+        cached = (len(pkg.leaves), {str(r): pkg.relative(r) for r in pkg.results()})
         pkg._result_names = cached  # type: ignore[attr-defined]
     return cached[1]
 

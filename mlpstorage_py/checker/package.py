@@ -140,16 +140,12 @@ class Package:
     leaves: list[Leaf] = field(default_factory=list)
     reference_digest: str | None = None  # --reference-checksum
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
-    # Where the organizations' parsed submission.yaml come from when another process reads
-    # them (checker.validate's helper): {(division, org): manifest(...)}, or None to read here.
-    manifests_from: Callable[[], dict[tuple[str, str], tuple[Path, Any] | None] | None] | None = None
     # Every real directory below <division>/<org>/results/, with how many leaves it holds, in
     # the order of the leaves.
     system_dirs: list[tuple[Path, int]] = field(default_factory=list)
-    # For a part: the package it is part of, its system directories (as strings), and whether
-    # it is the first part (which says what a rule says of the package as a whole) or the last.
+    # For a part: the package it is part of, and whether it is the first part (which says what
+    # a rule says of the package as a whole) or the last.
     whole: "Package | None" = None
-    systems: frozenset[str] | None = None
     opens: bool = True
     closes: bool = True
 
@@ -190,14 +186,23 @@ class Package:
         for i, group in enumerate(groups):
             count = sum(n for _, n in group)
             found.append(Package(self.root, self.leaves[start:start + count], self.reference_digest, self.orgs,
-                                 system_dirs=group, whole=self, systems=frozenset(str(d) for d, _ in group),
-                                 opens=i == 0, closes=i == len(groups) - 1))
+                                 system_dirs=group, whole=self, opens=i == 0, closes=i == len(groups) - 1))
             start += count
         return found
 
+    @functools.cached_property
+    def system_keys(self) -> frozenset[str]:
+        """The system directories' paths, as strings."""
+        return frozenset(str(d) for d, _ in self.system_dirs)
+
+    def relative(self, path: Path) -> str:
+        """A path below the root as the reports name it, relative to the root (a string cut:
+        Path.relative_to costs 20 us, and a large package asks it of every leaf)."""
+        return str(path)[len(str(self.root).rstrip("/")) + 1:]
+
     def includes(self, system_dir: Path) -> bool:
         """Whether a directory below <division>/<org>/results/ is one of this part's systems."""
-        return self.systems is None or str(system_dir) in self.systems
+        return self.whole is None or str(system_dir) in self.system_keys
 
     def release(self, since: tuple[int, ...]) -> None:
         """Forget what was read below this part's systems since a files.mark(), and what the
@@ -246,12 +251,10 @@ class Package:
         return cache[key]
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
-        """<division>/<org>/submission.yaml, parsed once per validation (here or by manifests_from)."""
+        """<division>/<org>/submission.yaml, parsed once per validation (a part asks its package)."""
         if self.whole is not None:
             return self.whole.manifest(division, org)
-        cache = vars(self).get("_manifests")
-        if cache is None:
-            cache = self._manifests = (self.manifests_from() if self.manifests_from else None) or {}
+        cache = vars(self).setdefault("_manifests", {})
         if (division, org) not in cache:
             path = self.root / division / org / "submission.yaml"
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed

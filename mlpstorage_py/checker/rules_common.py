@@ -141,8 +141,8 @@ def submission_manifest(pkg: Package) -> Iterable[Finding]:
         if not pkg.opens:
             continue
         listed = {e.get("path") for e in manifest.get("leaves") or []}
-        below = len(str(pkg.root).rstrip("/")) + 1  # the paths report.manifest lists, relative to the root
-        actual = {str(leaf.path)[below:] for leaf in (pkg.whole or pkg).leaves if (leaf.division, leaf.org) == (division, org)}
+        actual = {pkg.relative(leaf.path) for leaf in (pkg.whole or pkg).leaves  # the paths report.manifest lists
+                  if (leaf.division, leaf.org) == (division, org)}
         for missing in sorted(actual - listed):
             yield finding("PROV-02", INVALID, path, f"stale manifest: leaf {missing} is not listed")
         for extra in sorted(listed - actual):

@@ -57,7 +57,7 @@ def _symlinks(pkg: Package) -> Iterator[Path]:
     """Every symbolic link and special file (FIFO, socket, device) below the package root
     (top-level dot entries excluded), unfollowed and unopened: in a part of the package, below
     its systems, and in the part that opens it, everywhere else."""
-    systems = pkg.whole is not None and {str(d) for d, _ in pkg.whole.system_dirs}
+    systems = pkg.whole.system_keys if pkg.whole is not None else frozenset()
     stack = [(path, kind) for _, kind, path in visible(pkg.root)] if pkg.opens else []
     if systems:  # each part walks its systems (their subtrees come out whole, in the same order)
         stack = [(d, DIR) for d, _ in reversed(pkg.system_dirs)] + stack
