@@ -11,19 +11,28 @@ DLIO's own main, unchanged in what it measures, with three things around it:
   (which our package does not provide) or the fork's own fallback writer;
 - any rank's uncaught exception (Hydra turns one into exit 1) aborts the whole MPI job at once,
   after printing the traceback: a rank that fails must not leave the others waiting forever in
-  a collective (DLIO 2.0.0's IndexError with a file count that does not divide by the ranks).
+  a collective (DLIO 2.0.0's IndexError with a file count that does not divide by the ranks);
+- SIGTERM ends a rank at once, as the kernel does by default. DLIO imports dftracer, which puts a
+  Python handler on SIGTERM; such a handler runs only when the rank's main thread is back in the
+  interpreter, never while it waits in an MPI collective for a peer that is already gone. That
+  rank would outlive its launcher (PR_SET_PDEATHSIG sends SIGTERM, launch/rank_guard.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import socket
 import sys
 import traceback
 from typing import Any
 
 _NODE_COMM: Any = None
+# The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort
+# has nobody to ask to end the job and waits forever.
+_LAUNCHER = os.getppid()
 
 
 def _node_comm() -> Any:
@@ -85,9 +94,19 @@ def record_writer(path: str, rank: int) -> None:
         json.dump({"writers_loaded": loaded}, fh, indent=2)
 
 
+def load_dlio() -> Any:
+    """DLIO's main, with SIGTERM given back its default action (the import installs dftracer's)."""
+    from dlio_benchmark.main import main as dlio_main
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return dlio_main
+
+
 def _abort(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    if os.getppid() != _LAUNCHER:  # the launcher is gone: no job left to abort
+        os._exit(code)
     from mpi4py import MPI
 
     MPI.COMM_WORLD.Abort(code)
@@ -112,8 +131,7 @@ def main(argv: list[str]) -> None:
         from mpi4py import MPI
 
         rank = MPI.COMM_WORLD.Get_rank()
-    from dlio_benchmark.main import main as dlio_main
-
+    dlio_main = load_dlio()
     try:
         dlio_main()
     except SystemExit as exc:
