@@ -1,9 +1,11 @@
-"""The S3 endpoint dying mid-run: a checkpointing run on object storage (s3dlio) against its own
-moto server process, which is killed while the engine writes. The run must fail within a
-bound, with a failed leaf and the storage error in its one-line message, leaving no rank."""
+"""The S3 endpoint dying mid-run: a checkpointing run, a training datagen and a training run on object storage
+(s3dlio), each against its own moto server process, which is killed while the ranks do their
+I/O. The run must fail within a bound, with a failed leaf and the storage error in its one-line
+message, leaving no rank."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
@@ -11,6 +13,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -28,7 +31,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_s3_endpoint_dies_mid_run(results, tmp_path):
+@contextlib.contextmanager
+def own_endpoint(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, str], str]]:
+    """A moto server process of the test's own (so it can be killed) with one bucket: yields the
+    server, the environment pointing at it and the bucket's name."""
     boto3 = pytest.importorskip("boto3")
     port = free_port()
     server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
@@ -38,7 +44,6 @@ def test_s3_endpoint_dies_mid_run(results, tmp_path):
     env.update(AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID="mlpsTestKeyId", AWS_SECRET_ACCESS_KEY=S3_SECRET,
                AWS_REGION="us-east-1")
     bucket = f"mlps-{uuid.uuid4().hex[:10]}"
-    child = None
     try:
         def up() -> bool:
             with socket.socket() as sock:
@@ -46,28 +51,88 @@ def test_s3_endpoint_dies_mid_run(results, tmp_path):
         wait_for(up, 30, server)
         boto3.client("s3", endpoint_url=url, aws_access_key_id="x", aws_secret_access_key="x",
                      region_name="us-east-1").create_bucket(Bucket=bucket)
-        argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "object", "-np", "2", "-at", "b200", "-cm",
-                "8", "-cf", f"s3://{bucket}/ckpts", "-sn", "sys1", "-rd", str(results), "-ncw", "10", "-ncr", "10",
-                "--deadline", "60", "--params", *SMALL]
-        child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: len(pids_matching(ENGINE, bucket)) >= 2, 90, child)
+        yield server, env, bucket
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def kill_endpoint_mid_run(argv: list[str], env: dict[str, str], server: subprocess.Popen,
+                          ready: Callable[[], bool]) -> tuple[int, str, float]:
+    """Run argv; once ready(), SIGKILL the endpoint. Returns (exit code, stderr, seconds from the
+    kill until the run ended). The run never outlives the call."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(ready, 120, child)
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=10)
         killed = time.monotonic()
-        _, err = child.communicate(timeout=120)
-        took = time.monotonic() - killed
+        _, err = child.communicate(timeout=150)
+        return child.returncode, err, time.monotonic() - killed
     finally:
-        for proc in (child, server):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
+def assert_failed_on_storage(code: int, err: str, results: Path, parent: str, marker: str) -> str:
+    """Exit 6 (the job failed) or 7 (its deadline), one error line naming the storage, a failed
+    leaf in a directory named parent, no process naming marker left. Returns the error line."""
     errors = [l for l in err.splitlines() if l.startswith("mlpstorage: error:")]
-    assert child.returncode in (6, 7), err
+    assert code in (6, 7), err
     assert len(errors) == 1, err
-    assert any(word in errors[0].lower() for word in ("s3", "connect", "endpoint", "bucket", "http", "object")), errors[0]
+    said = errors[0].split(" (see ")[0].lower()  # the log's path may hold any word
+    assert any(word in said for word in ("s3", "connect", "endpoint", "bucket", "http", "object")), errors[0]
+    (leaf,) = [leaf for leaf in all_leaves(results) if leaf.parent.name == parent]
+    assert_failed_leaf(leaf, code, "")
+    wait_for(lambda: not leftover(marker), 30, message=lambda: leftover(marker))
+    return errors[0]
+
+
+def test_s3_endpoint_dies_mid_checkpoint(results, tmp_path):
+    with own_endpoint(tmp_path) as (server, env, bucket):
+        argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "object", "-np", "2", "-at", "b200", "-cm",
+                "8", "-cf", f"s3://{bucket}/ckpts", "-sn", "sys1", "-rd", str(results), "-ncw", "10", "-ncr", "10",
+                "--deadline", "60", "--params", *SMALL]
+        code, err, took = kill_endpoint_mid_run(argv, env, server, lambda: len(pids_matching(ENGINE, bucket)) >= 2)
+    message = assert_failed_on_storage(code, err, results, "llama3-8b", bucket)
     assert took < 90, f"{took:.1f} s to fail"
-    (leaf,) = all_leaves(results)
-    assert_failed_leaf(leaf, child.returncode, "")
-    assert leftover(bucket) == []
-    record("fault", 1, 1, benchmark="checkpointing (object)", fault="S3 endpoint killed", exit=child.returncode,
-           message=errors[0][:160], seconds=round(took, 1))
+    record("fault", 1, 1, benchmark="checkpointing (object)", fault="S3 endpoint killed", exit=code,
+           message=message[:160], seconds=round(took, 1))
+
+
+# Training on 64 KiB samples, one per object: the endpoint dies while the ranks write the
+# dataset (datagen) or read it for many epochs (run).
+TRAIN = ["dataset.record_length_bytes=65536", "dataset.record_length_bytes_stdev=0", "dataset.record_length_bytes_resize=0",
+         "train.computation_time=0.001", "reader.batch_size=1", "reader.read_threads=1"]
+
+
+def training(command: str, data: str, results: Path, *params: str) -> list[str]:
+    hosts = ["-np", "2"] if command == "datagen" else ["-at", "b200", "-na", "2", "-cm", "1"]
+    return [str(MLPSTORAGE), "open", "training", "unet3d", command, "object", *hosts, "-dd", data, "-sn", "sys1",
+            "-rd", str(results), "-aip", "--deadline", "120", "--params", *params, *TRAIN]
+
+
+@pytest.mark.parametrize("command", ["datagen", "run"])
+def test_s3_endpoint_dies_mid_training(results, tmp_path, command):
+    with own_endpoint(tmp_path) as (server, env, bucket):
+        data = f"s3://{bucket}/data"
+        if command == "run":
+            gen = subprocess.run(training("datagen", data, results, "dataset.num_files_train=16"), env=env,
+                                 capture_output=True, text=True, timeout=300)
+            assert gen.returncode == 0, gen.stderr
+        params = ["dataset.num_files_train=20000"] if command == "datagen" else ["train.epochs=1000"]
+
+        def working() -> bool:
+            """Both ranks up (their command lines name the results directory), and the files
+            being written, or epoch 1 read (the listing before it is behind them)."""
+            if len(pids_matching("dlio_rank", str(results))) < 2:
+                return False
+            logs = list(results.glob(f"open/*/results/*/training/*/{command}/*/dlio.log"))
+            return bool(logs) and (command == "datagen" or "Ending epoch 1" in logs[0].read_text(errors="replace"))
+        code, err, took = kill_endpoint_mid_run(training(command, data, results, *params), env, server, working)
+    message = assert_failed_on_storage(code, err, results, command, str(results))
+    assert took < 130, f"{took:.1f} s to fail"
+    record("fault", 1, 1, benchmark=f"training {command} (object)", fault="S3 endpoint killed", exit=code,
+           message=message[:160], seconds=round(took, 1))

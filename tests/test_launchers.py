@@ -136,6 +136,26 @@ def test_first_error_line_of_each_launcher():
     assert first_error_line(bare).startswith("ssh: Could not resolve hostname nosuch")
 
 
+def test_a_rank_error_quotes_the_cause_not_the_worker_wrapper(tmp_path):
+    """PyTorch's DataLoader re-raises a worker's exception as `Caught ... in DataLoader worker
+    process N.`; the line to quote is the worker's own, further down (here behind MPI's tags)."""
+    err = tmp_path / "err.log"
+    err.write_text("[1,0]<stderr>:Traceback (most recent call last):\n"
+                   '[1,0]<stderr>:  File "main.py", line 1, in <module>\n'
+                   "[1,0]<stderr>:RuntimeError: Caught RuntimeError in DataLoader worker process 0.\n"
+                   "[1,0]<stderr>:Original Traceback (most recent call last):\n"
+                   '[1,0]<stderr>:  File "reader.py", line 9, in get\n'
+                   "[1,0]<stderr>:RuntimeError: S3 GET for s3://bk/x.npz failed: dispatch failure\n"
+                   "[1,1]<stderr>:ValueError: a later rank's echo\n")
+    with pytest.raises(BenchmarkFailed) as failed:
+        require_success(1, "DLIO", err)
+    assert "DLIO exited with code 1: RuntimeError: S3 GET for s3://bk/x.npz failed" in str(failed.value)
+    err.write_text("ValueError: the cause\nOriginal text that is no traceback\n")
+    with pytest.raises(BenchmarkFailed) as failed:
+        require_success(1, "DLIO", err)
+    assert "code 1: ValueError: the cause (see" in str(failed.value)
+
+
 def test_a_program_that_is_no_launcher_is_a_launch_failure(cli, results, tmp_path):
     res = cli("open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8", "-cf", str(tmp_path),
               "-sn", "s", "-rd", results, "--mpi-bin", "/bin/false")

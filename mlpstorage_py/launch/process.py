@@ -31,6 +31,8 @@ PROGRESS_EVERY_S = 15.0
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
 EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
+# The line after an exception that re-raises a worker's: the worker's own traceback follows.
+REWRAPPED = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?Original Traceback \(most recent call last\):")
 # A tool's own one-line error (`kv-cache.py: error: ...`), possibly behind the same tag.
 TOOL_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([\w.-]+: error: .*)$")
 
@@ -186,14 +188,18 @@ def require_success(code: int, label: str, stderr_path: Path) -> None:
 
 def error_line(stderr_path: Path) -> str:
     """The line that explains a failure: a rank's Python exception (the first, which is the
-    cause; MPI's abort chatter follows it), else the launcher's first line naming a cause."""
+    cause; MPI's abort chatter follows it), else the launcher's first line naming a cause.
+    An exception that only re-raises a worker's (PyTorch's DataLoader: `Caught RuntimeError in
+    DataLoader worker process 0.` over the worker's `Original Traceback`) gives way to the worker's."""
     from mlpstorage_py.launch.launchers import first_error_line
 
     text = stderr_path.read_text(encoding="utf-8", errors="replace")
     lines = [l.strip() for l in text.splitlines()]
-    for line in lines:
+    for at, line in enumerate(lines):
         match = EXCEPTION_LINE.match(line)
         if match and not match.group(1).startswith(("KeyboardInterrupt", "SystemExit")):
+            if at + 1 < len(lines) and REWRAPPED.match(lines[at + 1]):
+                continue
             return match.group(1)[:300]
     for line in lines:
         match = TOOL_ERROR_LINE.match(line)
