@@ -1,7 +1,7 @@
-"""The S3 endpoint dying mid-run: a checkpointing run, a training datagen and a training run on object storage
-(s3dlio), each against its own moto server process, which is killed while the ranks do their
-I/O. The run must fail within a bound, with a failed leaf and the storage error in its one-line
-message, leaving no rank."""
+"""The S3 endpoint dying mid-run: a checkpointing run, a training datagen and a training run on
+object storage (s3dlio), each against its own moto server process, which is killed while the
+ranks do their I/O. The run must fail within a bound, with a failed leaf and the storage error
+in its one-line message, leaving no rank."""
 
 from __future__ import annotations
 
@@ -58,36 +58,41 @@ def own_endpoint(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, dict[str, s
             server.communicate()
 
 
-def kill_endpoint_mid_run(argv: list[str], env: dict[str, str], server: subprocess.Popen,
-                          ready: Callable[[], bool]) -> tuple[int, str, float]:
-    """Run argv; once ready(), SIGKILL the endpoint. Returns (exit code, stderr, seconds from the
-    kill until the run ended). The run never outlives the call."""
+def fault_endpoint_mid_run(argv: list[str], env: dict[str, str], server: subprocess.Popen,
+                           ready: Callable[[], bool], sig: int = signal.SIGKILL) -> tuple[int, str, float]:
+    """Run argv; once ready(), send the endpoint sig (SIGKILL: it is gone; SIGSTOP: it accepts
+    connections and never answers). Returns (exit code, stderr, seconds from the fault until the
+    run ended). The run never outlives the call."""
     child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(ready, 120, child)
-        server.send_signal(signal.SIGKILL)
-        server.wait(timeout=10)
-        killed = time.monotonic()
+        server.send_signal(sig)
+        if sig == signal.SIGKILL:
+            server.wait(timeout=10)
+        faulted = time.monotonic()
         _, err = child.communicate(timeout=150)
-        return child.returncode, err, time.monotonic() - killed
+        return child.returncode, err, time.monotonic() - faulted
     finally:
         if child.poll() is None:
             child.kill()
             child.communicate()
 
 
-def assert_failed_on_storage(code: int, err: str, results: Path, parent: str, marker: str) -> str:
-    """Exit 6 (the job failed) or 7 (its deadline), one error line naming the storage, a failed
-    leaf in a directory named parent, no process naming marker left. Returns the error line."""
+def assert_failed_run(code: int, err: str, results: Path, parent: str, marker: str) -> str:
+    """Exit 6 (the job failed) or 7 (its deadline), one error line, a failed leaf in a directory
+    named parent, no process naming marker left. Returns the error line."""
     errors = [l for l in err.splitlines() if l.startswith("mlpstorage: error:")]
     assert code in (6, 7), err
     assert len(errors) == 1, err
-    said = errors[0].split(" (see ")[0].lower()  # the log's path may hold any word
-    assert any(word in said for word in ("s3", "connect", "endpoint", "bucket", "http", "object")), errors[0]
     (leaf,) = [leaf for leaf in all_leaves(results) if leaf.parent.name == parent]
     assert_failed_leaf(leaf, code, "")
     wait_for(lambda: not leftover(marker), 30, message=lambda: leftover(marker))
     return errors[0]
+
+
+def names_storage(message: str) -> bool:
+    said = message.split(" (see ")[0].lower()  # the log's path may hold any word
+    return any(word in said for word in ("s3", "connect", "endpoint", "bucket", "http", "object"))
 
 
 def test_s3_endpoint_dies_mid_checkpoint(results, tmp_path):
@@ -95,8 +100,9 @@ def test_s3_endpoint_dies_mid_checkpoint(results, tmp_path):
         argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "object", "-np", "2", "-at", "b200", "-cm",
                 "8", "-cf", f"s3://{bucket}/ckpts", "-sn", "sys1", "-rd", str(results), "-ncw", "10", "-ncr", "10",
                 "--deadline", "60", "--params", *SMALL]
-        code, err, took = kill_endpoint_mid_run(argv, env, server, lambda: len(pids_matching(ENGINE, bucket)) >= 2)
-    message = assert_failed_on_storage(code, err, results, "llama3-8b", bucket)
+        code, err, took = fault_endpoint_mid_run(argv, env, server, lambda: len(pids_matching(ENGINE, bucket)) >= 2)
+    message = assert_failed_run(code, err, results, "llama3-8b", bucket)
+    assert names_storage(message), message
     assert took < 90, f"{took:.1f} s to fail"
     record("fault", 1, 1, benchmark="checkpointing (object)", fault="S3 endpoint killed", exit=code,
            message=message[:160], seconds=round(took, 1))
@@ -108,10 +114,27 @@ TRAIN = ["dataset.record_length_bytes=65536", "dataset.record_length_bytes_stdev
          "train.computation_time=0.001", "reader.batch_size=1", "reader.read_threads=1"]
 
 
-def training(command: str, data: str, results: Path, *params: str) -> list[str]:
+def training(command: str, data: str, results: Path, *params: str, deadline: int = 120) -> list[str]:
     hosts = ["-np", "2"] if command == "datagen" else ["-at", "b200", "-na", "2", "-cm", "1"]
     return [str(MLPSTORAGE), "open", "training", "unet3d", command, "object", *hosts, "-dd", data, "-sn", "sys1",
-            "-rd", str(results), "-aip", "--deadline", "120", "--params", *params, *TRAIN]
+            "-rd", str(results), "-aip", "--deadline", str(deadline), "--params", *params, *TRAIN]
+
+
+def working(results: Path, command: str) -> Callable[[], bool]:
+    """Both ranks up (their command lines name the results directory), and the files being
+    written, or epoch 1 read (the listing before it is behind them)."""
+    def ready() -> bool:
+        if len(pids_matching("dlio_rank", str(results))) < 2:
+            return False
+        logs = list(results.glob(f"open/*/results/*/training/*/{command}/*/dlio.log"))
+        return bool(logs) and (command == "datagen" or "Ending epoch 1" in logs[0].read_text(errors="replace"))
+    return ready
+
+
+def dataset(results: Path, env: dict[str, str], data: str) -> None:
+    gen = subprocess.run(training("datagen", data, results, "dataset.num_files_train=16"), env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr
 
 
 @pytest.mark.parametrize("command", ["datagen", "run"])
@@ -119,20 +142,28 @@ def test_s3_endpoint_dies_mid_training(results, tmp_path, command):
     with own_endpoint(tmp_path) as (server, env, bucket):
         data = f"s3://{bucket}/data"
         if command == "run":
-            gen = subprocess.run(training("datagen", data, results, "dataset.num_files_train=16"), env=env,
-                                 capture_output=True, text=True, timeout=300)
-            assert gen.returncode == 0, gen.stderr
+            dataset(results, env, data)
         params = ["dataset.num_files_train=20000"] if command == "datagen" else ["train.epochs=1000"]
-
-        def working() -> bool:
-            """Both ranks up (their command lines name the results directory), and the files
-            being written, or epoch 1 read (the listing before it is behind them)."""
-            if len(pids_matching("dlio_rank", str(results))) < 2:
-                return False
-            logs = list(results.glob(f"open/*/results/*/training/*/{command}/*/dlio.log"))
-            return bool(logs) and (command == "datagen" or "Ending epoch 1" in logs[0].read_text(errors="replace"))
-        code, err, took = kill_endpoint_mid_run(training(command, data, results, *params), env, server, working)
-    message = assert_failed_on_storage(code, err, results, command, str(results))
-    assert took < 130, f"{took:.1f} s to fail"
+        code, err, took = fault_endpoint_mid_run(training(command, data, results, *params), env, server,
+                                                 working(results, command))
+    message = assert_failed_run(code, err, results, command, str(results))
+    assert code == 6 and names_storage(message), message
+    assert took < 60, f"{took:.1f} s to fail"
     record("fault", 1, 1, benchmark=f"training {command} (object)", fault="S3 endpoint killed", exit=code,
+           message=message[:160], seconds=round(took, 1))
+
+
+def test_s3_endpoint_that_stops_answering_is_ended_by_the_deadline(results, tmp_path):
+    """A stopped server still accepts connections: nothing fails, so the run's deadline ends it."""
+    with own_endpoint(tmp_path) as (server, env, bucket):
+        data = f"s3://{bucket}/data"
+        dataset(results, env, data)
+        argv = training("run", data, results, "train.epochs=1000", deadline=45)
+        started = time.monotonic()
+        code, err, took = fault_endpoint_mid_run(argv, env, server, working(results, "run"), signal.SIGSTOP)
+        elapsed = time.monotonic() - started
+    message = assert_failed_run(code, err, results, "run", str(results))
+    assert code == 7 and "deadline of 45 s" in message, message
+    assert elapsed < 45 + 30, f"{elapsed:.1f} s in all"
+    record("fault", 1, 1, benchmark="training run (object)", fault="S3 endpoint stopped (SIGSTOP)", exit=code,
            message=message[:160], seconds=round(took, 1))
