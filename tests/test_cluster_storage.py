@@ -43,6 +43,9 @@ def test_checkpointing_combined_and_split_across_hosts(cli, results, other_fs_di
         records = meta["client_hosts"]
         assert [r["host"] for r in records] == hosts and [r["hostname"] for r in records] == hosts
         assert [r["ranks"] for r in records] == [[0, 1], [2, 3]]
+        # each host's own configuration; none of what the launcher sets in a rank's environment
+        assert all(r["sysctl"]["net.core.rmem_max"].isdigit() and isinstance(r["drives"], list) for r in records)
+        assert [r["environment"] for r in records] == [{}, {}], records
         summary = json.loads((leaf / "summary.json").read_text())
         assert summary["num_hosts"] == 2
         assert summary["rank_hostnames"] == [hosts[0], hosts[0], hosts[1], hosts[1]]

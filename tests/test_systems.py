@@ -131,3 +131,79 @@ def test_published_leaves_have_no_host_survey(cli, tmp_path):
     res = cli("systems", "describe", "XSKY_AIMesh_3StorageNode_1Client", "-rd", REALDATA)
     assert res.rc == 3 and "recorded its client hosts" in res.err
     assert sorted(p.name for p in (REALDATA / "closed" / "XSKY" / "systems").iterdir()) == before
+
+
+def test_host_configuration_from_proc_sys_sysfs_and_the_environment(tmp_path):
+    """Tunables as /proc/sys gives them, the environment's allowlisted variables (secret-looking
+    values masked, what the launcher sets left out) and the drives with hardware behind them."""
+    from mlpstorage_py.launch import host_config
+    from mlpstorage_py.results.redact import MASK
+
+    proc = tmp_path / "sys"
+    for name, text in (("vm/dirty_ratio", "40\n"), ("net/ipv4/tcp_rmem", "4096\t131072\t6291456\n")):
+        (proc / name).parent.mkdir(parents=True, exist_ok=True)
+        (proc / name).write_text(text)
+    assert host_config.sysctls(proc) == {"vm.dirty_ratio": "40", "net.ipv4.tcp_rmem": "4096 131072 6291456"}
+    env = {"OMP_NUM_THREADS": "4", "UCX_TLS": "rc,sm", "OMPI_MCA_num_procs": "2", "FI_PSM3_PASSWORD": "hunter22",
+           "HOME": "/root", "S3DLIO_RANGE_CONCURRENCY": "8", "AWS_SECRET_ACCESS_KEY": "k3y-v4lue",
+           "UCX_EXTRA": "auth=k3y-v4lue"}
+    assert host_config.environment(env) == {"FI_PSM3_PASSWORD": MASK, "OMP_NUM_THREADS": "4",
+                                            "S3DLIO_RANGE_CONCURRENCY": "8", "UCX_EXTRA": f"auth={MASK}",
+                                            "UCX_TLS": "rc,sm"}
+    block = tmp_path / "block"
+    for name, device in (("nvme0n1", True), ("loop0", False), ("dm-0", False)):
+        queue = block / name / "queue"
+        queue.mkdir(parents=True)
+        if device:
+            (block / name / "device").mkdir()
+            (block / name / "device" / "model").write_text("Example NVMe 3.84TB  \n")
+        (block / name / "size").write_text(str(3_840_000_000_000 // 512) + "\n")
+        for file, text in (("rotational", "0"), ("scheduler", "[none] mq-deadline"), ("read_ahead_kb", "128"),
+                           ("nr_requests", "1023")):
+            (queue / file).write_text(text + "\n")
+    assert host_config.drives(block) == [{"name": "nvme0n1", "model": "Example NVMe 3.84TB", "vendor": None,
+                                          "size_gib": 3576.3, "rotational": False, "scheduler": "none",
+                                          "read_ahead_kb": 128, "nr_requests": 1023}]
+    mine = host_config.host_config()  # this machine's, whatever it has
+    assert mine["sysctl"]["vm.dirty_ratio"].isdigit() and isinstance(mine["drives"], list)
+
+
+def test_described_configuration_and_its_drift(cli, fresh, monkeypatch):
+    """describe writes the hosts' tunables, environment and drives; a description that states
+    another value for any of them draws 2.1.9 WARNINGs naming it."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    root = fresh()
+    record = _with_host_records(root)
+    assert record["environment"] == {"OMP_NUM_THREADS": "3"}
+    path = root / "closed" / "Acme" / "systems" / "sys1.yaml"
+    assert cli("systems", "describe", "sys1", "-rd", root, "--force").rc == 0
+    fill_in(path)
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    (client,) = doc["system_under_test"]["clients"]
+    assert {"name": "OMP_NUM_THREADS", "value": "3"} in client["environment"]
+    assert {"name": "vm.dirty_ratio", "value": record["sysctl"]["vm.dirty_ratio"]} in client["sysctl"]
+    assert client["drives"] == record["drives"]
+    _, findings = checker.validate(root)
+    assert findings == []
+
+    for entry in client["sysctl"]:
+        if entry["name"] == "vm.dirty_ratio":
+            entry["value"] = str(int(entry["value"]) + 1)
+    client["environment"] = [{"name": "OMP_NUM_THREADS", "value": "8"}, {"name": "UCX_TLS", "value": "rc"}]
+    client["drives"] = [{**d, "scheduler": "kyber"} for d in client["drives"]] + [{"name": "nvme9n1", "model": "X"}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    _, findings = checker.validate(root)
+    assert findings and {(f.rule, f.severity) for f in findings} == {("2.1.9", "WARNING")}
+    message = findings[0].message
+    assert "sysctl vm.dirty_ratio" in message
+    assert "environment OMP_NUM_THREADS '3' (described '8')" in message
+    assert "environment UCX_TLS 'unset' (described 'rc')" in message
+    assert "drive nvme9n1 described but not recorded" in message
+    if record["drives"]:
+        assert f"drive {record['drives'][0]['name']} scheduler" in message
+    # a description written before the survey read these (no sysctl/environment/drives) compares none of them
+    for key in ("sysctl", "environment", "drives"):
+        client.pop(key)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    _, findings = checker.validate(root)
+    assert findings == []

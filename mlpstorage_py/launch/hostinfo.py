@@ -22,6 +22,7 @@ from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.deadline import host_facts_deadline
+from mlpstorage_py.launch.host_config import host_config
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command, uses_remote_shell
 from mlpstorage_py.launch.preflight import is_local
 from mlpstorage_py.results.host import meminfo_bytes
@@ -103,7 +104,7 @@ def local_facts(drop_cache: bool = False) -> dict[str, Any]:
              "cpu_sockets": sockets, "cpu_cores": cores, "memory_total_bytes": meminfo_bytes(),
              "os": release.get("PRETTY_NAME") or platform.system(), "os_name": release.get("NAME"),
              "os_version": release.get("VERSION_ID"), "kernel": platform.release(), "machine": platform.machine(),
-             "nics": nics()}
+             "nics": nics(), **host_config()}
     if drop_cache:
         facts["page_cache"] = drop_here()
     return facts

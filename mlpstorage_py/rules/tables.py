@@ -73,3 +73,8 @@ def rule_index() -> list[dict[str, str]]:
 def storage_env() -> dict[str, Any]:
     """The object-storage environment table (connection variables and Rules 1.2's backend table)."""
     return _load("storage_env.yaml")
+
+
+def host_survey() -> dict[str, Any]:
+    """The host survey's tunables and environment variables (schema mlps-host-survey/1)."""
+    return _load("host_survey.yaml")

@@ -68,7 +68,19 @@ def _client(profile: dict[str, Any], record: dict[str, Any], quantity: int) -> d
             "networking": nics or [{"type": fill("ethernet | infiniband"), "unit_count": Blank("NICs"),
                                     "speed": Blank("Gb/s"), "state": "up", "traffic": [fill("data")]}],
             "operating_system": {"name": profile["os_name"] or record.get("os"), "version": profile["os_version"],
-                                 "kernel": profile["kernel"]}}
+                                 "kernel": profile["kernel"]},
+            **_configuration(profile)}
+
+
+def _configuration(profile: dict[str, Any]) -> dict[str, Any]:
+    """The tunables, environment and drives the hosts recorded (runs of older versions recorded none)."""
+    found: dict[str, Any] = {}
+    for field in ("sysctl", "environment"):
+        if profile[field] is not None:
+            found[field] = [{"name": k, "value": v} for k, v in profile[field].items()]
+    if profile["drives"] is not None:
+        found["drives"] = profile["drives"]
+    return found
 
 
 def gather(pkg: Package, system: str, division: str | None) -> dict[tuple[str, str], list[Leaf]]:

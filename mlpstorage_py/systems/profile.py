@@ -41,12 +41,29 @@ def networking(nics: Any) -> list[dict[str, Any]]:
     return [groups[k] for k in sorted(groups, key=repr)]
 
 
+def _mapping(value: Any) -> dict[str, str] | None:
+    """A recorded {name: value}; None for a record taken before the survey read it."""
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def _named(entries: Any) -> dict[str, Any]:
+    """A description's `- {name: ..., value: ...}` list as {name: value} (a malformed entry is skipped)."""
+    return {str(e["name"]): e.get("value") for e in entries if isinstance(e, dict) and "name" in e} \
+        if isinstance(entries, list) else {}
+
+
+def _drives(entries: Any) -> dict[str, dict[str, Any]]:
+    return {str(d["name"]): d for d in entries if isinstance(d, dict) and "name" in d} if isinstance(entries, list) else {}
+
+
 def client_profile(record: dict[str, Any]) -> dict[str, Any]:
     """The description's client fields one host record determines (None where it is silent)."""
     return {"cpu_model": record.get("cpu_model"), "cpu_qty": record.get("cpu_sockets"),
             "cpu_cores": record.get("cpu_cores"), "memory_capacity": _gib(record.get("memory_total_bytes")),
             "os_name": record.get("os_name"), "os_version": record.get("os_version"),
-            "kernel": record.get("kernel"), "networking": networking(record.get("nics"))}
+            "kernel": record.get("kernel"), "networking": networking(record.get("nics")),
+            "sysctl": _mapping(record.get("sysctl")), "environment": _mapping(record.get("environment")),
+            "drives": [d for d in record["drives"] if isinstance(d, dict)] if isinstance(record.get("drives"), list) else None}
 
 
 def described_profile(client: Any) -> dict[str, Any]:
@@ -56,7 +73,8 @@ def described_profile(client: Any) -> dict[str, Any]:
     system = client.get("operating_system") if isinstance(client.get("operating_system"), dict) else {}
     return {"cpu_model": chassis.get("cpu_model"), "cpu_qty": chassis.get("cpu_qty"), "cpu_cores": chassis.get("cpu_cores"),
             "memory_capacity": chassis.get("memory_capacity"), "os_name": system.get("name"),
-            "os_version": system.get("version"), "kernel": system.get("kernel")}
+            "os_version": system.get("version"), "kernel": system.get("kernel"),
+            "sysctl": client.get("sysctl"), "environment": client.get("environment"), "drives": client.get("drives")}
 
 
 def _known(value: Any) -> bool:
@@ -79,9 +97,42 @@ LABELS = {"cpu_model": "CPU model", "cpu_qty": "CPU sockets", "cpu_cores": "CPU 
           "os_name": "OS", "os_version": "OS version", "kernel": "kernel"}
 
 
+# What of a drive is compared: what it is, and the block-layer settings that shape its I/O.
+DRIVE_FIELDS = ("model", "size_gib", "rotational", "scheduler", "read_ahead_kb", "nr_requests")
+
+
+def _configuration(recorded: dict[str, Any], described: dict[str, Any]) -> list[str]:
+    """Tunables, environment and drives. A list the description leaves out is not compared; one
+    it gives is the host's whole configuration, so a variable set on only one side differs. A
+    record taken before the survey read one of them is not compared on it."""
+    found = []
+    if isinstance(described["sysctl"], list) and recorded["sysctl"] is not None:
+        stated = _named(described["sysctl"])
+        found += [f"sysctl {name} {value!r} (described {stated[name]!r})" for name, value in recorded["sysctl"].items()
+                  if name in stated and _known(stated[name]) and str(stated[name]).strip() != value]
+    if isinstance(described["environment"], list) and recorded["environment"] is not None:
+        stated = {k: str(v) for k, v in _named(described["environment"]).items()}
+        for name in sorted(set(stated) | set(recorded["environment"])):
+            have, want = recorded["environment"].get(name), stated.get(name)
+            if have != want and (want is None or _known(want)):
+                found.append(f"environment {name} {have if have is not None else 'unset'!r} "
+                             f"(described {want if want is not None else 'unset'!r})")
+    if isinstance(described["drives"], list) and recorded["drives"] is not None:
+        stated_drives, have_drives = _drives(described["drives"]), _drives(recorded["drives"])
+        for name in sorted(set(stated_drives) | set(have_drives)):
+            have, want = have_drives.get(name), stated_drives.get(name)
+            if have is None or want is None:
+                found.append(f"drive {name} {'not described' if want is None else 'described but not recorded'}")
+                continue
+            found += [f"drive {name} {field} {have.get(field)!r} (described {want.get(field)!r})" for field in DRIVE_FIELDS
+                      if _known(have.get(field)) and _known(want.get(field)) and str(have[field]) != str(want[field])]
+    return found
+
+
 def differences(record: dict[str, Any], client: Any) -> list[str]:
     """What a recorded host states otherwise than a described client, field by field; a field
     either side leaves unknown (or a placeholder) is not compared."""
     recorded, described = client_profile(record), described_profile(client)
     return [f"{LABELS[f]} {recorded[f]!r} (described {described[f]!r})" for f in LABELS
-            if _known(recorded[f]) and _known(described[f]) and not _same(f, recorded[f], described[f])]
+            if _known(recorded[f]) and _known(described[f]) and not _same(f, recorded[f], described[f])] + \
+        _configuration(recorded, described)
