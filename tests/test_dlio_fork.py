@@ -235,3 +235,27 @@ def test_object_training_runs_on_the_forks_own_s3dlio_path(cli, results, s3_endp
     assert workload["storage"] == {"storage_type": "s3", "storage_root": data.split("/")[2], "storage_library": "s3dlio"}
     assert "reader_classname" not in workload["reader"]  # no plug-in of ours
     assert_no_secret(results)
+
+
+@pytest.mark.heavy
+@needs_fork
+def test_fork_training_across_two_hosts(cli, results, other_fs_dir, sim_hosts):
+    """The fork's ranks on two simulated client hosts: each host writes its share, reads it
+    back, and drops its own page cache between epochs."""
+    hosts = sim_hosts.names[:2]
+    fork = ["--dlio-bin-path", FORK_BIN, "--hosts", *hosts]
+    gen = cli("open", "training", "unet3d", "datagen", "-np", "2", "-dd", other_fs_dir, "-sn", "s", "-rd", results,
+              "-aip", "--params", "dataset.num_files_train=8", *SMALL, *fork)
+    assert gen.rc == 0, gen.err
+    assert len(list((other_fs_dir / "unet3d" / "train").rglob("*.npz"))) == 8
+    run = cli("open", "training", "unet3d", "run", "-at", "b200", "-na", "2", "-cm", "1", "-dd", other_fs_dir,
+              "-sn", "s", "-rd", results, "-aip", "--params", *SMALL, *fork)
+    assert run.rc == 0, run.err
+    (leaf,) = [p for p in all_leaves(results) if p.parent.name == "run"]
+    meta = json.loads(next(leaf.glob("training_*_metadata.json")).read_text())
+    assert [r["hostname"] for r in meta["client_hosts"]] == hosts
+    (between,) = meta["page_cache"]["between_epochs"]
+    assert between["summary"] == "dropped" and sorted(h["hostname"] for h in between["hosts"]) == sorted(hosts)
+    summary = json.loads((leaf / "summary.json").read_text())
+    assert summary["num_accelerators"] == 2 and summary["num_hosts"] == 2
+    assert json.loads((leaf / "provenance.json").read_text())["dlio"]["version"].startswith("3.0.")
