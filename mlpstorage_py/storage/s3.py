@@ -179,7 +179,7 @@ def call_in_child(function: str, *args: Any, timeout: float | None = None) -> An
                           capture_output=True, text=True, check=False, timeout=timeout)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-        raise RuntimeError(lines[-1])
+        raise RuntimeError(lines[-1].removeprefix("RuntimeError: "))  # s3dlio's message, as in-process
     return json.loads(done.stdout)
 
 
