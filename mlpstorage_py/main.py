@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib
 import os
 import signal
@@ -118,21 +117,16 @@ def dispatch(argv: list[str], started: float) -> int:
 
 
 def _read_package(handler: Any, args: dict[str, Any], argv: list[str]) -> int:
-    """A package reader builds millions of small acyclic objects (10 per file, 13 files a leaf):
-    the cyclic collector's passes over them cost a quarter of validate's time and free nothing,
-    so it is paused while the command runs (and in the checker's forked workers, which inherit
-    it); the installed command then also skips the interpreter's teardown of them (console()).
-    The collector resumes with what exists frozen: resumed plainly, its next pass would first
-    walk every object the reading left (0.2 s for 10,000 leaves, 2 s for 100,000); the next
-    reading hands what was frozen back to it."""
+    """A package reader runs with the cyclic collector paused (collector.py), as do the checker's
+    forked workers, which inherit it; the installed command then also skips the interpreter's
+    teardown of what it read (console())."""
     global _skip_teardown
-    gc.disable()
-    gc.unfreeze()
+    from mlpstorage_py import collector
+
     try:
-        return handler(args, argv)
+        with collector.paused():
+            return handler(args, argv)
     finally:
-        gc.freeze()
-        gc.enable()
         _skip_teardown = True
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from collections import defaultdict
 from pathlib import Path
 
+from mlpstorage_py import collector
 from mlpstorage_py.checker import files, workers
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
@@ -36,16 +36,8 @@ def validate(root: Path, submitters: set[str] | None = None,
 
     Package.load starts a new reading: each file is read and parsed once, however many rules
     ask, and kept until the next, or, in a large package, until its part is done (Package.parts).
-    The cyclic garbage collector is paused meanwhile: the parsed package is millions of
-    long-lived objects without cycles, which it would otherwise traverse again and again as
-    they accumulate (a third of the time of a large package). It resumes with them frozen
-    (gc.freeze), or its next pass would walk them all once more; refcounting still frees them
-    when the next reading starts, which hands the frozen back to it."""
-    collecting = gc.isenabled()
-    gc.disable()
-    if collecting:
-        gc.unfreeze()
-    try:
+    The cyclic garbage collector is paused meanwhile (collector.py)."""
+    with collector.paused():
         pkg = Package.load(root, submitters)
         pkg.reference_digest = reference
         numbers = list(RULES)
@@ -54,10 +46,6 @@ def validate(root: Path, submitters: set[str] | None = None,
             found = workers.check(pkg, numbers, PART_LEAVES, pool)
         else:
             found = _run_rules(pkg, pkg.parts(PART_LEAVES), numbers)
-    finally:
-        if collecting:
-            gc.freeze()
-            gc.enable()
     return pkg, _in_order(pkg, found)
 
 
