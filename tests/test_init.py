@@ -7,6 +7,7 @@ import re
 import pytest
 import yaml
 
+from conftest import DATASIZE
 from mlpstorage_py import __version__
 from mlpstorage_py.results.sentinel import resolve_results_dir, user_config_path
 
@@ -109,3 +110,12 @@ def test_a_sentinel_without_orgname_is_a_configuration_error(cli, tmp_path):
     assert cli("init", "Org", root).rc == 5
     assert cli("closed", "training", "unet3d", "datasize", "-at", "b200", "-ma", "8", "-cm", "16",
                "-sn", "sys1", "-rd", root).rc == 5
+
+
+def test_a_sentinel_nested_past_the_parsers_depth_is_a_one_line_error(cli, tmp_path):
+    root = tmp_path / "r"
+    assert cli("init", "Acme", root).rc == 0
+    (root / "mlperf-results.yaml").write_text("orgname: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    for argv in (("reports", "reportgen", "-rd", root), (*DATASIZE, "-sn", "sys1", "-rd", root)):
+        res = cli(*argv)
+        assert res.rc == 5 and len(res.err_lines) == 1 and "not a valid results sentinel (RecursionError" in res.err, res.err

@@ -207,3 +207,15 @@ def test_described_configuration_and_its_drift(cli, fresh, monkeypatch):
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     _, findings = checker.validate(root)
     assert findings == []
+
+
+@pytest.mark.parametrize("solution", [True, ["a"], {"architecture": 3, "capabilities": "yes"}])
+def test_a_description_of_the_wrong_shape_is_findings_not_a_crash(fresh, solution):
+    """Found by the fuzzer: `solution: true` crashed 3.4.2 ('bool' object has no attribute 'get')."""
+    root = fresh()
+    path = root / "closed" / "Acme" / "systems" / "sys1.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["system_under_test"]["solution"] = solution
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    _, findings = checker.validate(root)
+    assert findings and not [f for f in findings if "checker error" in f.message]

@@ -95,3 +95,14 @@ def test_a_run_takes_its_system_name_from_the_config(cli, results):
     res = cli(*DATASIZE, "-rd", results)
     assert res.rc == 0, res.err
     assert workload_leaves(results, system="cfgsys") and not workload_leaves(results, system="sys1")
+
+
+@pytest.mark.parametrize("text", ["[" * 5000 + "]" * 5000 + "\n", "- a list\n", "key: [unclosed\n", "\xff\xfe"])
+def test_a_config_file_that_is_no_mapping_is_one_line_exit_2(cli, text):
+    """Nested past the parser's depth, a list, a syntax error, not UTF-8: one line, never a traceback."""
+    path = user_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text.encode("latin-1"))
+    for argv in (RUN, ("config", "show"), ("validate",)):
+        res = cli(*argv)
+        assert res.rc == 2 and len(res.err_lines) == 1 and str(path) in res.err, (argv, res.err)

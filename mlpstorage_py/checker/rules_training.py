@@ -11,6 +11,7 @@ from typing import Iterable
 from mlpstorage_py.checker import files
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
+from mlpstorage_py.checker.structure_helpers import dig
 from mlpstorage_py.rules import tables
 
 GIB = 1024 ** 3
@@ -119,7 +120,8 @@ def accelerator_utilization(pkg: Package) -> Iterable[Finding]:
 
 
 def _dataset(leaf: Leaf) -> dict:
-    return ((leaf.metadata or {}).get("parameters") or {}).get("dataset") or {}
+    dataset = dig(leaf.metadata, "parameters", "dataset")
+    return dataset if isinstance(dataset, dict) else {}
 
 
 def _int(value: object) -> int | None:
@@ -134,8 +136,8 @@ def _datasize_for(pkg: Package, run: Leaf) -> tuple[Leaf | None, str | None]:
     sized = [l for l in pkg.in_workload(run.workload_dir, "datasize") if l.metadata]
     if len(sized) == 1:
         return sized[0], None
-    data_dir = ((run.metadata or {}).get("args") or {}).get("data_dir")
-    matching = [l for l in sized if ((l.metadata or {}).get("args") or {}).get("data_dir") == data_dir]
+    data_dir = dig(run.metadata, "args", "data_dir")
+    matching = [l for l in sized if dig(l.metadata, "args", "data_dir") == data_dir]
     if len(matching) == 1:
         return matching[0], None
     if not matching:
@@ -224,8 +226,7 @@ def single_host_accelerators(pkg: Package) -> Iterable[Finding]:
 def single_host_client_limit(pkg: Package) -> Iterable[Finding]:
     """A system declared single-host (capabilities.multi_host false) has no multi-client run."""
     for run in _training(pkg, "run"):
-        capabilities = ((_system(pkg, run).get("solution") or {}).get("capabilities") or {})
-        if capabilities.get("multi_host") is False and _hosts(run) > 1:
+        if dig(_system(pkg, run), "solution", "capabilities", "multi_host") is False and _hosts(run) > 1:
             yield finding("3.3.4", INVALID, run.path, f"single-host system but the run used {_hosts(run)} client hosts")
 
 
@@ -251,8 +252,8 @@ def node_capability(pkg: Package) -> Iterable[Finding]:
     """Hosts of a distributed run differ by at most 1.5x in memory and cores (else a warning)."""
     for run in _training(pkg, "run"):
         hosts = _host_records(run)
-        memory = [h.get("memory_total_bytes") or (h.get("memory") or {}).get("total") for h in hosts]
-        cores = [h.get("cpu_count") or (h.get("cpu") or {}).get("num_cores") for h in hosts]
+        memory = [h.get("memory_total_bytes") or dig(h, "memory", "total") for h in hosts]
+        cores = [h.get("cpu_count") or dig(h, "cpu", "num_cores") for h in hosts]
         for label, values in (("memory", memory), ("CPU cores", cores)):
             values = [v for v in values if isinstance(v, (int, float)) and v > 0]
             if len(values) > 1 and max(values) / min(values) > 1.5:
@@ -297,7 +298,7 @@ def path_args(pkg: Package) -> Iterable[Finding]:
 def filesystem_check(pkg: Package) -> Iterable[Finding]:
     """Each run carries fs_separation.json with same_filesystem false (or a df listing); object-API systems are exempt."""
     for run in _training(pkg, "run"):
-        api = ((_system(pkg, run).get("solution") or {}).get("architecture") or {}).get("benchmark_API")
+        api = dig(_system(pkg, run), "solution", "architecture", "benchmark_API")
         if api == "object":
             continue
         record = read_json_file(run.path / "fs_separation.json")

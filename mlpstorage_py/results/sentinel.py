@@ -27,11 +27,18 @@ def user_config_path() -> Path:
 
 
 def read_user_config() -> dict[str, Any]:
+    """The user config as a mapping ({} without one); a file that is not one is refused in one line."""
     path = user_config_path()
     if not path.is_file():
         return {}
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise UsageError(f"{path}: cannot be read as YAML ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: not a mapping of keys to values")
+    return data
 
 
 def _record_default(results_dir: Path) -> None:
@@ -49,7 +56,7 @@ def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deep
         raise ConfigurationError(f"{path} is not a valid results sentinel ({type(exc).__name__}: "
                                  f"{' '.join(str(exc).split())[:200]})") from None
     if not isinstance(data, dict) or "orgname" not in data:

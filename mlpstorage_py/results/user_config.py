@@ -111,22 +111,10 @@ def stored(key: Key, value: Any, path: Path) -> Any:
     raise UsageError(f"{path}: {key.name} is {value!r}, not a value {key.flag} accepts (see `mlpstorage config set`)")
 
 
-def _read() -> dict[str, Any]:
-    """The file as a mapping; a file that is not one is refused in one line."""
-    path = user_config_path()
-    try:
-        data = read_user_config()
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: cannot be read as YAML ({type(exc).__name__})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: not a mapping of keys to values")
-    return data
-
-
 def read_checked() -> dict[str, Any]:
     """The user config with every key known and every value valid, else one UsageError line."""
     path = user_config_path()
-    return {name: stored(key_of_file(name, path), value, path) for name, value in _read().items()}
+    return {name: stored(key_of_file(name, path), value, path) for name, value in read_user_config().items()}
 
 
 def key_of_file(name: str, path: Path) -> Key:
@@ -161,7 +149,7 @@ def _save(data: dict[str, Any]) -> Path:
 
 def config_set(args: dict[str, Any], argv: list[str]) -> int:
     key = key_of(args["key"])
-    data = _read()
+    data = read_user_config()
     data[key.name] = check(key, args["values"], "config set")
     print(f"{key.name} = {data[key.name]!r} in {_save(data)}")
     return 0
@@ -169,7 +157,7 @@ def config_set(args: dict[str, Any], argv: list[str]) -> int:
 
 def config_unset(args: dict[str, Any], argv: list[str]) -> int:
     """Remove a key; one the file holds is removed even when unknown (the way out of a typo)."""
-    name, data = args["key"], _read()
+    name, data = args["key"], read_user_config()
     if name not in data:
         print(f"{key_of(name).name} is not set in {user_config_path()}")
         return 0
