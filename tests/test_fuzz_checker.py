@@ -76,6 +76,26 @@ def deadline(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+# A case may use this much more address space than the test had when the fuzzing started: a
+# package that makes the checker allocate without bound (a count of 2**63 turned into a range)
+# is then a MemoryError in that case, a crash with its seed, not the machine running out.
+MEMORY_BOUND = 4 << 30
+
+
+@contextlib.contextmanager
+def memory_bound(extra: int):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    now = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    limit = now + extra if hard == resource.RLIM_INFINITY else min(now + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 # --- mutations ---------------------------------------------------------------------------
 
 def _entries(root: Path) -> tuple[list[Path], list[Path]]:
@@ -312,7 +332,8 @@ def fuzz(base: Path, org: str, label: str) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
     try:
-        case()
+        with memory_bound(MEMORY_BOUND):
+            case()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     tally.figures(label, time.monotonic() - started)
@@ -357,3 +378,20 @@ def test_unreadable_files_are_findings_not_crashes(tmp_path):
     for path in chosen[:-1]:
         assert path.name in res.stdout, f"{path.name} unreadable but not reported"
     record("fuzz", 1, 1, base="unreadable (setpriv)", files=len(chosen), seconds=round(time.monotonic() - started, 1))
+
+
+def test_counts_of_2_63_are_answered_without_building_them():
+    """Found by the 10,000-case fuzz on the real corpus: a num_hosts (checkpointing) or rank_count
+    (kvcache) of 2**63 was turned into a range and filled the memory."""
+    from types import SimpleNamespace
+
+    from mlpstorage_py.checker.rules_checkpointing_run import _per_host
+    from mlpstorage_py.checker.rules_kvcache_aggregate import lists_every_rank
+
+    with memory_bound(1 << 30):
+        rec = SimpleNamespace(meta={}, summary={"num_accelerators": 8, "num_hosts": 2 ** 63})
+        assert _per_host(rec) == (None, "nowhere")
+        rec.summary["num_hosts"] = 2
+        assert _per_host(rec) == ([4, 4], "summary.json num_accelerators / num_hosts")
+        assert not lists_every_rank([0, 1, 2], 2 ** 63)
+        assert lists_every_rank([2, 0, 1], 3) and not lists_every_rank([0, 2], 2)

@@ -23,6 +23,8 @@ from mlpstorage_py.rules.core_config import canonical, flatten
 
 HOST_FLAG = re.compile(r"(?:^|\s)(?:--host|-host|-H)[\s=]+(\S+)")
 NP_FLAG = re.compile(r"(?:^|\s)(?:-n|-np|--np|-c)\s+(\d+)")
+# A num_hosts beyond this is a corrupt record: the per-host split is not built for it.
+MAX_HOSTS = 1 << 16
 
 
 def _norm(value: Any) -> str | None:
@@ -156,7 +158,7 @@ def _per_host(rec: LeafRecord) -> tuple[list[int] | None, str]:
             placed.append(min(slot, wanted - sum(placed)))
         return [p for p in placed if p > 0], "the launch's host slots"
     count, hosts = as_int(dig(rec.summary, "num_accelerators")), as_int(dig(rec.summary, "num_hosts"))
-    if count is not None and hosts:
+    if count is not None and hosts and 0 < hosts <= MAX_HOSTS:
         base, extra = divmod(count, hosts)
         return [base + (1 if i < extra else 0) for i in range(hosts)], "summary.json num_accelerators / num_hosts"
     return None, "nowhere"

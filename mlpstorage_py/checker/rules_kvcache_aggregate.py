@@ -133,6 +133,13 @@ def aggregate_latency(pkg: Package) -> Iterable[Finding]:
                                                                    "over the storage-tier I/O span (summary.json aggregation.device_latency)")
 
 
+def lists_every_rank(stated: Any, ranks: int | None) -> bool:
+    """Whether a cpu_tier_ranks list names every rank 0..ranks-1 (a corrupt rank count of 2**63
+    is answered by the list's length, never by building its range)."""
+    return isinstance(stated, list) and ranks is not None and 0 < ranks <= len(stated) and \
+        {as_int(r) for r in stated} >= set(range(ranks))
+
+
 @rule("6.3.4.4", "kvcacheLatencyValidity", parts=True)
 def latency_validity(pkg: Package) -> Iterable[Finding]:
     """No Option's ranks are all CPU-tier (INVALID in CLOSED, a warning in OPEN); cpu_tier_ranks is right."""
@@ -149,8 +156,7 @@ def latency_validity(pkg: Package) -> Iterable[Finding]:
                                                                            f"results have storage_entries == 0 on {sorted(cpu)}")
             else:
                 ranks = as_int(block.get("rank_count")) or kv.total_ranks
-                all_cpu = block.get("all_ranks_cpu_tier") is True or (
-                    isinstance(stated, list) and ranks is not None and ranks > 0 and {as_int(r) for r in stated} >= set(range(ranks)))
+                all_cpu = block.get("all_ranks_cpu_tier") is True or lists_every_rank(stated, ranks)
             if all_cpu:
                 severity = INVALID if kv.closed else WARNING
                 yield finding("6.3.4.4", severity, kv.rec.summary_path,
