@@ -9,12 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mlpstorage_py.results.redact import MASK, redact, secret_values
-
-
-def _survey_table() -> dict[str, Any]:
-    from mlpstorage_py.rules.tables import host_survey
-
-    return host_survey()
+from mlpstorage_py.rules.tables import host_survey
 
 
 def _text(path: Path) -> str | None:
@@ -27,7 +22,7 @@ def _text(path: Path) -> str | None:
 def sysctls(root: Path = Path("/proc/sys")) -> dict[str, str]:
     """{sysctl name: value} for the table's tunables this kernel has (whitespace collapsed)."""
     found = {}
-    for name in _survey_table()["sysctl"]:
+    for name in host_survey()["sysctl"]:
         value = _text(root.joinpath(*name.split(".")))
         if value is not None:
             found[name] = value
@@ -37,7 +32,7 @@ def sysctls(root: Path = Path("/proc/sys")) -> dict[str, str]:
 def environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """{name: value} of the table's variables that are set; a secret-looking name's value is
     masked, and so is any S3 secret a value holds."""
-    table = _survey_table()["environment"]
+    table = host_survey()["environment"]
     env = os.environ if environ is None else environ
     names, prefixes, skip = set(table["names"]), tuple(table["prefixes"]), set(table["launcher_set"])
     secret_words, secrets = tuple(table["secret_words"]), secret_values(env)

@@ -46,14 +46,14 @@ def _mapping(value: Any) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
 
 
+def _by_name(entries: Any) -> dict[str, dict[str, Any]]:
+    """A list of `{name: ..., ...}` entries by name (a malformed entry is skipped)."""
+    return {str(e["name"]): e for e in entries if isinstance(e, dict) and "name" in e} if isinstance(entries, list) else {}
+
+
 def _named(entries: Any) -> dict[str, Any]:
-    """A description's `- {name: ..., value: ...}` list as {name: value} (a malformed entry is skipped)."""
-    return {str(e["name"]): e.get("value") for e in entries if isinstance(e, dict) and "name" in e} \
-        if isinstance(entries, list) else {}
-
-
-def _drives(entries: Any) -> dict[str, dict[str, Any]]:
-    return {str(d["name"]): d for d in entries if isinstance(d, dict) and "name" in d} if isinstance(entries, list) else {}
+    """A description's `- {name: ..., value: ...}` list as {name: value}."""
+    return {name: entry.get("value") for name, entry in _by_name(entries).items()}
 
 
 def client_profile(record: dict[str, Any]) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def _configuration(recorded: dict[str, Any], described: dict[str, Any]) -> list[
                 found.append(f"environment {name} {have if have is not None else 'unset'!r} "
                              f"(described {want if want is not None else 'unset'!r})")
     if isinstance(described["drives"], list) and recorded["drives"] is not None:
-        stated_drives, have_drives = _drives(described["drives"]), _drives(recorded["drives"])
+        stated_drives, have_drives = _by_name(described["drives"]), _by_name(recorded["drives"])
         for name in sorted(set(stated_drives) | set(have_drives)):
             have, want = have_drives.get(name), stated_drives.get(name)
             if have is None or want is None:
