@@ -298,7 +298,7 @@ def test_our_own_open_kvcache_run_passes_section_6(cli, results, tmp_path):
     config.write_text(yaml.safe_dump({
         "user_templates": {"chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 64], "think_time_s": [0.0, 0.02],
                                        "weight": 1}, "coding": {"weight": 0}, "document": {"weight": 0}},
-        "prefix_cache": {"system_prompt_tokens": [32, 128]}}))
+        "prefix_cache": {"system_prompt_tokens": [32, 128, 64]}}))
     try:
         res = cli("open", "kvcache", "run", "-np", "2", "--cache-dir", cache, "-rd", results, "-sn", "sys1", "--model", "tiny-1b",
                   "--num-users", "2", "--duration", "1", "--trials", "2", "--inter-option-delay", "0", "--option", "1",

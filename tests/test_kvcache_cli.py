@@ -22,7 +22,7 @@ SMALL = {
     "user_templates": {
         "chatbot": {"context_tokens": [128, 512], "generation_tokens": [16, 128], "think_time_s": [0.0, 0.02], "weight": 1},
         "coding": {"weight": 0}, "document": {"weight": 0}},
-    "prefix_cache": {"system_prompt_tokens": [32, 128]},
+    "prefix_cache": {"system_prompt_tokens": [32, 128, 64]},
 }
 
 

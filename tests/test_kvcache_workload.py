@@ -86,18 +86,23 @@ def test_a_seeded_runs_trace_follows_the_reference_request_shape(shm, tmp_path):
         ops = [(o["op"], o["kind"], o["key"]) for o in r["ops"]]
         earlier = [("read", "multi_turn", f"u{r['user_id']}_c{r['conversation']}_t{t}") for t in range(1, r["turn"])]
         reads = 0 if r["context_tokens"] >= 10000 else 1 + math.ceil(r["generation_tokens"] / 32)
-        # every earlier turn re-read, then this turn's write, then its decode reads (none at >= 10K)
-        assert ops == [*earlier, ("write", "prefill", key), *[("read", "decode", key)] * reads], r
+        # the system prompt's lookup (if any), every earlier turn re-read, then this turn's write,
+        # then its decode reads (none at >= 10K)
+        prompt = [("read", "system_prompt", f"prefix_{r['prefix_id']}")] if r["prefix_id"] is not None else []
+        assert ops == [*prompt, *earlier, ("write", "prefill", key), *[("read", "decode", key)] * reads], r
+        assert not prompt or not r["ops"][0]["hit"]  # a system prompt's KV is never written
+        earlier = prompt + earlier
         for o in r["ops"]:
             # an earlier turn is read back at the size it was written; it may still be queued (a
             # user does not wait for its responses), and then the read is a miss
             if o["kind"] == "multi_turn" and o["hit"]:
                 assert o["tokens"] == written[o["key"]]
                 hits += 1
-        assert r["ops"][len(earlier)]["tokens"] == r["context_tokens"]
-        written[key] = r["context_tokens"]
+        kv_tokens = r["context_tokens"] - r["prefix_tokens"]  # the prompt's tokens are not written
+        assert r["ops"][len(earlier)]["tokens"] == kv_tokens
+        written[key] = kv_tokens
         contexts[r["user_id"]].append(r["context_tokens"])
-        assert not any(o["key"].startswith("prefix") for o in r["ops"])  # system-prompt KV: no I/O
+        assert not any(o["key"].startswith("prefix") and o["hit"] for o in r["ops"])  # system-prompt KV: no I/O
     for values in contexts.values():  # uniform(budget/4, budget): never a spread above 4x
         assert max(values) <= 4 * min(values) + 3
     flat = [r["context_tokens"] for r in records]
@@ -134,7 +139,14 @@ def test_summary_reconciles_with_the_reference_accounting(shm, tmp_path):
     assert done.returncode == 0, done.stderr
     summary = json.loads(out.read_text())["summary"]
     stats, ref = summary["cache_stats"], summary["figures_reference_way"]
-    elapsed, demotion = summary["differences_from_reference"]
+    diffs = {d["aspect"]: d for d in summary["differences_from_reference"]}
+    assert set(diffs) == {"elapsed_time", "storage_demotion_writes", "request_counting", "work_after_deadline",
+                          "storage_capacity"}
+    elapsed, demotion, counting = diffs["elapsed_time"], diffs["storage_demotion_writes"], diffs["request_counting"]
+    every = summary["total_requests"] + summary["requests_failed"] + summary["requests_truncated_at_deadline"]
+    assert counting["requests_counted_reference_way"] == every
+    assert ref["requests_per_second"] == pytest.approx(every / 2)
+    assert diffs["storage_capacity"]["storage_capacity_bytes"] > 0
     assert elapsed["aspect"] == "elapsed_time" and elapsed["nominal_duration_s"] == 2
     assert elapsed["elapsed_time_s"] == summary["elapsed_time"] >= 2
     assert demotion["aspect"] == "storage_demotion_writes" and demotion["storage_demotion_bytes_written"] > 0

@@ -2,7 +2,9 @@
 
 A new entry goes to the fastest tier it fits in; when that tier is full its least recently
 used entries are demoted to the next tier (and so on down); the last tier deletes its LRU
-entries. Bookkeeping happens under one short lock; data moves outside it. An entry's old copy
+entries. When the last tier's room is held by writes still in flight (nothing left to evict),
+a new entry waits for them, up to its deadline, rather than being dropped or written past the
+capacity (the reference does the latter). Bookkeeping happens under one short lock; data moves outside it. An entry's old copy
 stays readable until its move completes, so a reader never sees a half-moved entry, and a
 storage file deleted under a reader is reported as a miss.
 """
@@ -10,6 +12,7 @@ storage file deleted under a reader is reported as a miss.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -81,6 +84,11 @@ class Lookup(NamedTuple):
     tier: str | None
     timing: IoTiming
     tokens: int = 0
+    refused: str = ""  # why a put stored nothing: TOO_LARGE or PAST_DEADLINE
+
+
+TOO_LARGE = "larger than every tier"
+PAST_DEADLINE = "no room before the deadline"
 
 
 class MultiTierCache:
@@ -92,6 +100,7 @@ class MultiTierCache:
         self.tiers = tiers
         self.stats = [TierStats(t.name) for t in tiers]
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified whenever room may have appeared
         self._index: dict[str, Entry] = {}
         self._lru: list[OrderedDict[str, Entry]] = [OrderedDict() for _ in tiers]
         self._used = [0 for _ in tiers]
@@ -127,31 +136,35 @@ class MultiTierCache:
             return None if entry is None else self.tiers[entry.tier].name
 
     # -- operations ----------------------------------------------------------------------
-    def put(self, key: str, content: Content, tokens: int) -> Lookup:
-        """Store (or replace) an entry in the fastest tier it fits in; returns where it went."""
+    def put(self, key: str, content: Content, tokens: int, deadline: float | None = None) -> Lookup:
+        """Store (or replace) an entry in the fastest tier it fits in; returns where it went.
+        With a deadline (time.perf_counter), a full last tier is waited on until then."""
         nbytes = int(content.nbytes)
         with self._lock:
             old = self._detach_locked(key)
         if old is not None:
             self._discard(old)
-        index, victims = self._place(nbytes, 0)
+        index, victims = self._place(nbytes, 0, deadline)
         for victim in victims:
             self._demote(victim)
         if index is None:
             with self._lock:
                 self.rejected += 1
-            return Lookup(False, None, IoTiming(0.0))
+            fits = any(nbytes <= tier.capacity for tier in self.tiers)
+            return Lookup(False, None, IoTiming(0.0), refused=PAST_DEADLINE if fits else TOO_LARGE)
         try:
             handle, timing = self.tiers[index].write(key, content)
         except BaseException:
             with self._lock:
                 self._used[index] -= nbytes
+                self._room.notify_all()
             raise
         entry = Entry(key, nbytes, tokens, index, handle)
         with self._lock:
             stale = self._detach_locked(key)  # a concurrent put of the same key lost the race
             self._index[key] = entry
             self._lru[index][key] = entry
+            self._room.notify_all()
         if stale is not None:
             self._discard(stale)
         self.stats[index].record_write(nbytes, tokens, timing)
@@ -202,29 +215,38 @@ class MultiTierCache:
             return None
         self._lru[entry.tier].pop(key, None)
         self._used[entry.tier] -= entry.nbytes
+        self._room.notify_all()
         return entry
 
     def _discard(self, entry: Entry) -> None:
         self.tiers[entry.tier].remove(entry.handle)
 
-    def _place(self, nbytes: int, start: int) -> tuple[int | None, list[Entry]]:
+    def _place(self, nbytes: int, start: int, deadline: float | None = None) -> tuple[int | None, list[Entry]]:
         """Reserve room for nbytes in the first tier from `start` that can hold it, popping
-        that tier's LRU entries as needed; returns the tier and the entries to demote."""
+        that tier's LRU entries as needed; returns the tier and the entries to demote. With a
+        deadline, room in the last tier held by writes in flight is waited for until then (a
+        waiter holds no reservation there, so the writes it waits on always finish)."""
         victims: list[Entry] = []
+        last = len(self.tiers) - 1
         with self._lock:
             for index in range(start, len(self.tiers)):
                 capacity = self.tiers[index].capacity
                 if nbytes > capacity:
                     continue
                 lru = self._lru[index]
-                while self._used[index] + nbytes > capacity and lru:
-                    _, victim = lru.popitem(last=False)
-                    self._used[index] -= victim.nbytes
-                    victim.moving = True
-                    victims.append(victim)
-                if self._used[index] + nbytes <= capacity:
-                    self._used[index] += nbytes
-                    return index, victims
+                while True:
+                    while self._used[index] + nbytes > capacity and lru:
+                        _, victim = lru.popitem(last=False)
+                        self._used[index] -= victim.nbytes
+                        victim.moving = True
+                        victims.append(victim)
+                    if self._used[index] + nbytes <= capacity:
+                        self._used[index] += nbytes
+                        return index, victims
+                    remaining = None if deadline is None else deadline - time.perf_counter()
+                    if index != last or remaining is None or remaining <= 0:
+                        break
+                    self._room.wait(min(remaining, 0.5))
         return None, victims
 
     def _demote(self, entry: Entry) -> None:
@@ -240,6 +262,7 @@ class MultiTierCache:
             with self._lock:
                 if self._index.get(entry.key) is entry:
                     del self._index[entry.key]
+                self._room.notify_all()
             with self.stats[source].lock:
                 self.stats[source].evictions += 1
             self.tiers[source].remove(old_handle)
@@ -251,12 +274,14 @@ class MultiTierCache:
         except BaseException:
             with self._lock:
                 self._used[target] -= entry.nbytes
+                self._room.notify_all()
                 if self._index.get(entry.key) is entry:
                     del self._index[entry.key]
             self.tiers[source].remove(old_handle)
             raise
         with self._lock:
             current = self._index.get(entry.key) is entry
+            self._room.notify_all()
             if current:
                 entry.tier, entry.handle, entry.moving = target, handle, False
                 self._lru[target][entry.key] = entry

@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--keep-cache-files", action="store_true", help="leave the storage tier's .npy files at the end")
     o = p.add_argument_group("output")
     o.add_argument("--output", help="result JSON (default kv_cache_results_<timestamp>.json)")
-    o.add_argument("--request-log", help="write every request's seed-determined fields as JSON lines")
+    o.add_argument("--request-log", help="write every request's seed-determined fields and its enqueue time (enqueued_s, "
+                                                 "seconds after the start) as JSON lines")
     o.add_argument("--request-trace", help="write every served request with the reads and writes it did, as JSON lines")
     o.add_argument("--validate-only", action="store_true", help="check every input, then exit without any I/O")
     return p
@@ -270,7 +271,9 @@ def run(args: argparse.Namespace) -> int:
     tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, output)
     s, cs = result["summary"], result["summary"]["cache_stats"]
-    print(f"kv-cache.py: {s['total_requests']} requests, {s['total_tokens']} tokens in {s['elapsed_time']:.1f} s; "
+    print(f"kv-cache.py: {s['total_requests']} requests done, {s['requests_failed']} failed "
+          f"(KV not stored), {s['requests_truncated_at_deadline']} cut by the deadline; "
+          f"{s['total_tokens']} tokens in {s['elapsed_time']:.1f} s; "
           f"storage read {cs['tier_storage_read_bandwidth_gbps']:.3f} GiB/s, write {cs['tier_storage_write_bandwidth_gbps']:.3f} GiB/s, "
           f"device P95 read {cs['storage_read_device_p95_ms']:.2f} ms, write {cs['storage_write_device_p95_ms']:.2f} ms; "
           f"output {output}", flush=True)

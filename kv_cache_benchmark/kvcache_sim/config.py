@@ -12,15 +12,18 @@ import copy
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    # Request shapes; a user picks one template (weighted) and draws its context budget from
-    # context_tokens when created; each request's context is uniform(budget/4, budget).
-    # think_time_s is the pause after enqueuing a request (the user does not wait for its
-    # response). Ranges are [low, high].
+    # Request shapes (the MLCommons reference's rules). A user picks one template (equal
+    # weights: the reference's uniform choice) and, when created, draws from it once: a context
+    # budget C, a generation budget G and a think time T. Each request then has a context of
+    # uniform(C/4, C) tokens, generates uniform(G/4, G) tokens and is enqueued T x
+    # uniform(think_time_jitter) seconds after the user's previous request (the first one
+    # after one such pause). A user does not wait for its responses. Ranges are [low, high].
     "user_templates": {
         "chatbot": {"context_tokens": [512, 4096], "generation_tokens": [50, 200], "think_time_s": [0.1, 0.5], "weight": 1.0},
         "coding": {"context_tokens": [4096, 25000], "generation_tokens": [100, 500], "think_time_s": [0.2, 1.0], "weight": 1.0},
         "document": {"context_tokens": [4096, 16384], "generation_tokens": [200, 800], "think_time_s": [0.3, 1.5], "weight": 1.0},
     },
+    "users": {"think_time_jitter": [0.8, 1.2]},
     # Simulated decode time per generated token, seconds, per --generation-mode.
     "generation_timing": {"none": 0.0, "fast": 0.002, "realistic": 0.030},
     # Priority (higher is served first) and latency targets of each QoS class.
@@ -31,10 +34,15 @@ DEFAULTS: dict[str, Any] = {
     },
     # A user is interactive with this probability, responsive up to the threshold, else batch.
     "qos_distribution": {"interactive_probability": 0.15, "responsive_threshold": 0.50},
-    # Shared system prompts: a request using one is a prefix hit; their KV is never written or read.
-    "prefix_cache": {"num_system_prompts": 8, "system_prompt_tokens": [256, 2048], "probability": 0.8},
-    # Multi-turn: a conversation's turn n re-reads the KV of turns 1..n-1 before writing its own.
-    "conversation": {"max_turns": 8, "new_conversation_probability": 0.2},
+    # System prompts: each request carries one with this probability, picked uniformly from
+    # system_prompt_tokens (the reference's three prompts: 5, 9 and 6 words, counted as tokens).
+    # Its KV is never written: the lookup misses, and the prompt's tokens are taken off the
+    # KV the request writes.
+    "prefix_cache": {"system_prompt_tokens": [5, 9, 6], "probability": 0.2},
+    # Multi-turn: a conversation's turn n re-reads the KV of turns 1..n-1 before writing its own;
+    # before each later request the conversation ends with new_conversation_probability, and
+    # always after max_turns turns.
+    "conversation": {"max_turns": 50, "new_conversation_probability": 0.2},
     # RAG: a corpus of documents whose KV is ingested up front; requests retrieve top_k of them.
     "rag": {"top_k": 3, "request_probability": 0.3, "doc_tokens": [4000, 12000],
             "doc_tokens_large_model": [1024, 4096], "zipf_exponent": 1.1},
@@ -51,10 +59,12 @@ OPEN_SECTIONS = {"model_configs", "user_templates"}
 PROBABILITIES = ("qos_distribution.interactive_probability", "qos_distribution.responsive_threshold",
                  "prefix_cache.probability", "conversation.new_conversation_probability", "rag.request_probability",
                  "storage.auto_capacity_fraction")
-AT_LEAST_ONE = ("prefix_cache.num_system_prompts", "conversation.max_turns", "rag.top_k", "decode.batch_tokens",
+AT_LEAST_ONE = ("conversation.max_turns", "rag.top_k", "decode.batch_tokens",
                 "decode.prefill_only_context_tokens", "engine.max_workers", "engine.data_pool_mib",
                 "engine.io_chunk_kib", "engine.max_queued_requests")
-TOKEN_RANGES = ("context_tokens", "generation_tokens", "system_prompt_tokens", "doc_tokens", "doc_tokens_large_model")
+TOKEN_RANGES = ("context_tokens", "generation_tokens", "doc_tokens", "doc_tokens_large_model")
+# Settings that are a list of token counts (any length, at least one), not a [low, high] range.
+COUNT_LISTS = ("prefix_cache.system_prompt_tokens",)
 
 
 class ConfigError(ValueError):
@@ -78,6 +88,11 @@ def _check_value(path: str, default: Any, value: Any) -> Any:
                 raise ConfigError(f"{path}: expected a whole number, got {value!r}")
             return int(value)
         return float(value)
+    if path in COUNT_LISTS:
+        if not (isinstance(value, list) and value and all(_is_number(v) and v >= 1 and float(v).is_integer()
+                                                           for v in value)):
+            raise ConfigError(f"{path}: expected a non-empty list of whole token counts >= 1, got {value!r}")
+        return [int(v) for v in value]
     if isinstance(default, list):
         if not (isinstance(value, list) and len(value) == 2 and all(_is_number(v) and v >= 0 for v in value)):
             raise ConfigError(f"{path}: expected a range [low, high] of numbers >= 0, got {value!r}")

@@ -23,13 +23,22 @@ from typing import Any, Iterator
 
 from kvcache_sim.models import ModelConfig
 from kvcache_sim.stats import Counters, Series
-from kvcache_sim.cache import MultiTierCache
+from kvcache_sim.cache import PAST_DEADLINE, Lookup, MultiTierCache
 from kvcache_sim.payload import KVData
 from kvcache_sim.workload import (Features, PrefixCatalog, RagCatalog, Request, TraceRow, make_users,
                                   trace_schedule)
 
 log = logging.getLogger("kvcache_sim")
 PHASES = ("both", "prefill", "decode")
+MAX_FAILURE_NOTES = 20  # failed requests named in the result (all are counted)
+
+
+class _Ended(Exception):
+    """A request that stops before all its I/O happened: truncated by the deadline, or failed."""
+
+    def __init__(self, status: str, why: str = "") -> None:
+        super().__init__(why or status)
+        self.status, self.why = status, why
 
 
 @dataclass
@@ -70,6 +79,7 @@ class Outcome:
     cpu_user_s: float
     cpu_system_s: float
     errors: list[str]
+    failures: list[str]
     peak_in_flight: int
     peak_writes_in_flight: int = 0
     memory: dict[str, Any] = field(default_factory=dict)
@@ -103,7 +113,7 @@ class Engine:
         self.config = config
         self.cache = cache
         self.data = data
-        self.prefixes = PrefixCatalog(settings.seed, config["prefix_cache"])
+        self.prefixes = PrefixCatalog(config["prefix_cache"])
         self.rag = (RagCatalog(settings.seed, config["rag"], settings.rag_num_docs, settings.model.is_large)
                     if settings.features.rag and settings.rag_num_docs > 0 else None)
         self.users = make_users(settings.num_users, settings.seed, config, settings.features, self.prefixes, self.rag)
@@ -120,11 +130,12 @@ class Engine:
         self._stop = threading.Event()
         self._dispatch_done = threading.Event()
         self._dispatched = 0
+        self.started = time.perf_counter()  # reset when the run starts
         self._in_flight = self._peak = self._writing = self._peak_writing = 0
         self._inflight_lock = threading.Lock()
         self._outstanding = threading.Semaphore(settings.num_users)
-        self._prefixes_seen: set[int] = set()
         self.errors: list[str] = []
+        self.failures: list[str] = []
         self._files: dict[str, Any] = {}
         self._log_lock = threading.Lock()
 
@@ -151,7 +162,7 @@ class Engine:
                 self._files[name] = open(path, "w", encoding="utf-8")
         usage0 = resource.getrusage(resource.RUSAGE_SELF)
         rss_start = rss_bytes()
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         self.deadline = start + self.s.duration
         workers = [threading.Thread(target=self._worker, name=f"kv-worker-{i}", daemon=True) for i in range(self.workers)]
         if self.s.trace is not None:
@@ -190,7 +201,7 @@ class Engine:
             end_to_end=self.series["end_to_end"], service=self.series["service"], storage_io=self.series["storage_io"],
             generation=self.series["generation"], queue_wait=self.series["queue_wait"], qos_service=self.qos,
             counters=self.counters, cpu_user_s=usage1.ru_utime - usage0.ru_utime,
-            cpu_system_s=usage1.ru_stime - usage0.ru_stime, errors=list(self.errors), peak_in_flight=self._peak,
+            cpu_system_s=usage1.ru_stime - usage0.ru_stime, errors=list(self.errors), failures=list(self.failures), peak_in_flight=self._peak,
             peak_writes_in_flight=self._peak_writing, memory=memory)
 
     def _limit_reached(self) -> bool:
@@ -214,27 +225,32 @@ class Engine:
                 if self._stop.is_set():
                     return False
         self._dispatched += 1
-        self._write_line("log", request.signature())
+        if "log" in self._files:  # the seed-determined fields, and when the request was enqueued
+            self._write_line("log", {**request.signature(), "enqueued_s": round(request.arrival - self.started, 6)})
         return True
 
     def _dispatch_users(self) -> None:
-        """Open loop per user: a user enqueues a request, pauses its think time, enqueues the
-        next, whatever happened to the first (its own clock, kept in a heap)."""
+        """Open loop per user: a user pauses its think time, enqueues a request, pauses again,
+        enqueues the next, whatever happened to the first (its own clock, kept in a heap). A
+        request is drawn when it is scheduled, so its pause is known before it is due."""
         try:
-            now = time.perf_counter()
-            ready = [(now, i, u.user_id) for i, u in enumerate(self.users)]
+            now = self.started
+            ready = []
+            for user in self.users:
+                request = user.next_request()
+                ready.append((now + request.think_time_s, next(self._order), request))
             heapq.heapify(ready)
             while ready and not self._stop.is_set() and not self._limit_reached():
-                due, _, user_id = ready[0]
+                due, _, request = ready[0]
                 wait = due - time.perf_counter()
                 if wait > 0:
                     self._stop.wait(min(wait, 0.05))
                     continue
                 heapq.heappop(ready)
-                request = self.users[user_id].next_request()
                 if not self._enqueue(request):
                     return
-                heapq.heappush(ready, (max(due, request.arrival) + request.think_time_s, next(self._order), user_id))
+                following = self.users[request.user_id].next_request()
+                heapq.heappush(ready, (max(due, request.arrival) + following.think_time_s, next(self._order), following))
         finally:
             self._dispatch_done.set()
 
@@ -288,96 +304,107 @@ class Engine:
         self._stop.set()
 
     # -- one request -------------------------------------------------------------------------
-    def _read(self, key: str, kind: str, ops: list[dict[str, Any]]) -> float:
+    def _before_io(self) -> None:
+        if time.perf_counter() >= self.deadline:  # the run ended mid-request: not a completed request
+            raise _Ended("truncated")
+
+    def _read(self, key: str, kind: str, ops: list[dict[str, Any]]) -> Lookup:
+        self._before_io()
         result = self.cache.get(key)
         self.counters.add(f"{kind}_hits" if result.hit else f"{kind}_misses")
         self.counters.add("cache_hits" if result.hit else "cache_misses")
+        if kind == "decode":
+            self.counters.add("decode_reads")
         ops.append({"op": "read", "kind": kind, "key": key, "hit": result.hit, "tier": result.tier,
                     "tokens": result.tokens})
-        return result.timing.total
+        return result
 
-    def _write(self, key: str, tokens: int, kind: str, ops: list[dict[str, Any]]) -> float | None:
-        """A write holds one of the --max-concurrent-allocs slots (reads hold none); None when
-        the run ended while it waited for one (so waiting writers add no tail after the deadline)."""
+    def _write(self, key: str, tokens: int, kind: str, ops: list[dict[str, Any]]) -> float:
+        """Store one entry, or end the request: truncated when the run ended while the write
+        waited for one of the --max-concurrent-allocs slots (reads hold none) or for room in the
+        last tier, failed when no tier can ever hold it. A write never counts unless stored."""
+        self._before_io()
         slots = self._write_slots
         if slots is not None:
             while not slots.acquire(timeout=0.05):
-                if time.perf_counter() >= self.deadline:
-                    return None
+                self._before_io()
             if time.perf_counter() >= self.deadline:
                 slots.release()
-                return None
+                raise _Ended("truncated")
         with self._inflight_lock:
             self._writing += 1
             self._peak_writing = max(self._peak_writing, self._writing)
         try:
-            result = self.cache.put(key, self.data.make(tokens), tokens)
+            result = self.cache.put(key, self.data.make(tokens), tokens, deadline=self.deadline)
         finally:
             with self._inflight_lock:
                 self._writing -= 1
             if slots is not None:
                 slots.release()
-        self.counters.add(f"{kind}_writes")
+        ops.append({"op": "write", "kind": kind, "key": key, "tier": result.tier, "tokens": tokens})
         if result.tier is None:
             self.counters.add("rejected_writes")
-        ops.append({"op": "write", "kind": kind, "key": key, "tier": result.tier, "tokens": tokens})
+            if result.refused == PAST_DEADLINE:
+                raise _Ended("truncated")
+            raise _Ended("failed", f"{kind} write of {tokens} tokens not stored: {result.refused}")
+        self.counters.add(f"{kind}_writes")
         return result.timing.total
 
-    def _prefix(self, request: Request) -> None:
-        """A system prompt's KV is never written: a prefix hit does no I/O, it only saves bytes."""
+    def _system_prompt(self, request: Request, ops: list[dict[str, Any]]) -> float:
+        """The reference's system prompt: its KV is never written, so the lookup misses, and
+        its tokens are left out of the KV the request writes (bytes_saved)."""
         if request.prefix_id is None:
-            return
-        with self._inflight_lock:
-            seen = request.prefix_id in self._prefixes_seen
-            self._prefixes_seen.add(request.prefix_id)
-        self.counters.add("prefix_hits" if seen else "prefix_misses")
-        if seen:
-            self.counters.add("prefix_bytes_saved", request.prefix_tokens * self.s.model.kv_bytes_per_token)
+            self.counters.add("prefix_misses")
+            return 0.0
+        self.counters.add("prefix_hits")
+        self.counters.add("prefix_bytes_saved", request.prefix_tokens * self.s.model.kv_bytes_per_token)
+        return self._read(PrefixCatalog.key(request.prefix_id), "system_prompt", ops).timing.total
 
-    def _steps(self, request: Request) -> Iterator[tuple[str, str, str, int]]:
-        """(op, kind, key, tokens) in order: the reference's request shape for this phase."""
-        phase = self.s.phase
-        if phase == "decode":
+    def _io(self, request: Request, ops: list[dict[str, Any]]) -> float:
+        """Every read and write the request needs, in the reference's order for this phase;
+        returns the seconds they took (raises _Ended when the request cannot complete)."""
+        io = self._system_prompt(request, ops) if self.s.features.prefix_caching else 0.0
+        if self.s.phase == "decode":
             for _ in range(self.decode_reads(request)):
-                yield "read", "decode", self._decode_key(request.user_id), 0
-            return
-        if phase == "both":
+                io += self._read(self._decode_key(request.user_id), "decode", ops).timing.total
+            return io
+        if self.s.phase == "both":
             for key in request.previous_keys:
-                yield "read", "multi_turn", key, 0
+                io += self._read(key, "multi_turn", ops).timing.total
             for doc in request.rag_docs:
-                yield "read", "rag", RagCatalog.key(doc), 0
-        yield "write", "prefill", request.key, request.context_tokens
-        if phase == "both" and request.context_tokens < int(self.decode["prefill_only_context_tokens"]):
-            for _ in range(self.decode_reads(request)):
-                yield "read", "decode", request.key, 0
+                io += self._read(RagCatalog.key(doc), "rag", ops).timing.total
+        io += self._write(request.key, request.kv_tokens, "prefill", ops)
+        if self.s.phase != "both" or request.context_tokens >= int(self.decode["prefill_only_context_tokens"]):
+            return io
+        first = self._read(request.key, "decode", ops)
+        io += first.timing.total
+        if not first.hit:  # evicted since its prefill: written again, as the reference does
+            return io + self._write(request.key, request.kv_tokens, "decode_rewrite", ops)
+        for _ in range(self.decode_reads(request) - 1):
+            io += self._read(request.key, "decode", ops).timing.total
+        return io
 
     def _serve(self, request: Request) -> None:
         begun = time.perf_counter()
-        io = 0.0
         ops: list[dict[str, Any]] = []
-        if self.s.phase == "both":
-            self._prefix(request)
-        truncated = False
-        for op, kind, key, tokens in self._steps(request):
-            if time.perf_counter() >= self.deadline:  # the run ended mid-request: not a completed request
-                truncated = True
-                break
-            if op == "write":
-                spent = self._write(key, tokens, kind, ops)
-                if spent is None:
-                    truncated = True
-                    break
-                io += spent
+        try:
+            io = self._io(request, ops)
+        except _Ended as ended:
+            self._trace(request, ops, ended.status, ended.why)
+            self._release_trace_slot()
+            if ended.status == "truncated":
+                self.counters.add("truncated_at_deadline")
+                self.counters.add("tokens_truncated", request.generation_tokens)
             else:
-                io += self._read(key, kind, ops)
-                if kind == "decode":
-                    self.counters.add("decode_reads")
-        self._trace(request, ops, truncated)
-        if self.s.trace is not None:
-            self._outstanding.release()
-        if truncated:
-            self.counters.add("truncated_at_deadline")
+                self.counters.add("requests_failed")
+                self.counters.add("tokens_failed", request.generation_tokens)
+                self.counters.add(f"qos_{request.qos}_failed")
+                with self._log_lock:
+                    if len(self.failures) < MAX_FAILURE_NOTES:
+                        self.failures.append(f"{request.key}: {ended.why}")
             return
+        self._trace(request, ops, "done", "")
+        self._release_trace_slot()
         done = time.perf_counter()
         generation = request.generation_tokens * self.per_token_s
         service = done - request.arrival
@@ -391,10 +418,16 @@ class Engine:
         self.counters.add("tokens", request.generation_tokens)
         self.counters.add(f"qos_{request.qos}_requests")
 
-    def _trace(self, request: Request, ops: list[dict[str, Any]], truncated: bool) -> None:
+    def _release_trace_slot(self) -> None:
+        if self.s.trace is not None:
+            self._outstanding.release()
+
+    def _trace(self, request: Request, ops: list[dict[str, Any]], status: str, why: str) -> None:
         if "trace" in self._files:
             record = {k: v for k, v in request.signature().items() if k not in ("think_time_s", "priority")}
-            record.update(status="truncated" if truncated else "done", ops=ops)
+            record.update(status=status, ops=ops)
+            if why:
+                record["failure"] = why
             self._write_line("trace", record)
 
     def decode_reads(self, request: Request) -> int:

@@ -1,8 +1,11 @@
 """Who asks for what: users, their QoS class, conversations, shared prefixes, RAG, traces.
 
-The request shape is the MLCommons reference's (ManPage, KV cache workload): a user's context
-is uniform between a quarter of its budget and the budget; a later turn of a conversation
-re-reads every earlier turn; system-prompt (prefix) KV is never written.
+The request stream is the MLCommons reference's, rule by rule (ManPage, KV cache workload): a
+user draws a context budget, a generation budget and a think time once; each request's context
+and generated tokens are uniform between a quarter of their budget and the budget; each request
+comes one jittered think time after the previous one; a conversation ends with a fixed
+probability before each later turn (at most max_turns turns) and a later turn re-reads every
+earlier one; a fifth of requests carry a short system prompt whose KV is never written.
 
 Every user draws from its own random.Random seeded from (seed, user id), so the sequence of
 requests each user makes is fixed by the seed, whatever the threads' timing.
@@ -31,14 +34,19 @@ class Request:
     template: str
     conversation: int
     turn: int
-    context_tokens: int       # this request's KV: what prefill writes and decode re-reads
+    context_tokens: int       # the drawn context; 10,000 or more makes the request prefill only
     generation_tokens: int
-    think_time_s: float       # the user's pause after enqueuing this request, before the next
+    think_time_s: float       # the user's pause before enqueuing this request
     prefix_id: int | None = None
-    prefix_tokens: int = 0
+    prefix_tokens: int = 0    # the system prompt's tokens: not part of the KV this request writes
     rag_docs: tuple[int, ...] = ()
     arrival: float = 0.0
     trace_row: int | None = None
+
+    @property
+    def kv_tokens(self) -> int:
+        """What prefill writes and decode re-reads: the context less the system prompt."""
+        return max(1, self.context_tokens - self.prefix_tokens) if self.prefix_tokens else self.context_tokens
 
     @property
     def key(self) -> str:
@@ -61,12 +69,10 @@ class Request:
 
 
 class PrefixCatalog:
-    """The shared system prompts: a fixed token count per prompt id."""
+    """The system prompts: a fixed token count per prompt id, and how often a request has one."""
 
-    def __init__(self, seed: int, settings: dict[str, Any]) -> None:
-        rng = random.Random(f"{seed}:prefixes")
-        low, high = settings["system_prompt_tokens"]
-        self.tokens = [rng.randint(int(low), int(high)) for _ in range(int(settings["num_system_prompts"]))]
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.tokens = [int(t) for t in settings["system_prompt_tokens"]]
         self.probability = float(settings["probability"])
 
     @staticmethod
@@ -109,8 +115,8 @@ class Features:
 
 @dataclass
 class User:
-    """One simulated user: a QoS class, a template, a context budget (drawn once from the
-    template's range) and the state of its conversation."""
+    """One simulated user: a QoS class, a template, and its context budget, generation budget
+    and think time (each drawn once from the template's range), plus its conversation's state."""
 
     user_id: int
     seed: int
@@ -122,10 +128,11 @@ class User:
     qos: str = field(init=False)
     template: str = field(init=False)
     context_budget: int = field(init=False)
+    generation_budget: int = field(init=False)
+    think_time_s: float = field(init=False)
     seq: int = 0
     conversation: int = 0
     turn: int = 0
-    prefix_id: int | None = None
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"{self.seed}:user:{self.user_id}")
@@ -141,7 +148,10 @@ class User:
         names = [name for name, _ in templates]
         weights = [spec["weight"] for _, spec in templates]
         self.template = self.rng.choices(names, weights=weights)[0]
-        self.context_budget = self._randint(self.config["user_templates"][self.template]["context_tokens"])
+        spec = self.config["user_templates"][self.template]
+        self.context_budget = self._randint(spec["context_tokens"])
+        self.generation_budget = self._randint(spec["generation_tokens"])
+        self.think_time_s = self.rng.uniform(*spec["think_time_s"])
 
     @property
     def priority(self) -> int:
@@ -150,42 +160,42 @@ class User:
     def _randint(self, bounds: list[float]) -> int:
         return self.rng.randint(int(bounds[0]), int(bounds[1]))
 
-    def context_tokens(self) -> int:
-        """A request's context: uniform between a quarter of the user's budget and the budget."""
-        return self.rng.randint(max(1, self.context_budget // 4), self.context_budget)
+    def _quarter_to_budget(self, budget: int) -> int:
+        """The reference's per-request draw: uniform between a quarter of the budget and the budget."""
+        return self.rng.randint(max(1, budget // 4), budget)
 
-    def _start_conversation(self) -> None:
-        self.conversation += 1
-        self.turn = 1
-        self.prefix_id = None
-        if self.features.prefix_caching and self.prefixes.tokens and self.rng.random() < self.prefixes.probability:
-            self.prefix_id = self.rng.randrange(len(self.prefixes.tokens))
+    def context_tokens(self) -> int:
+        return self._quarter_to_budget(self.context_budget)
 
     def next_request(self, trace: tuple[int, int] | None = None, trace_row: int | None = None) -> Request:
         """The user's next request; `trace` = (request tokens, response tokens) replaces the
-        drawn lengths and always starts a new conversation."""
-        spec = self.config["user_templates"][self.template]
+        drawn lengths, the think time and always starts a new conversation."""
         conv = self.config["conversation"]
         new = (trace is not None or self.turn == 0 or not self.features.multi_turn
-               or self.turn >= conv["max_turns"] or self.rng.random() < conv["new_conversation_probability"])
+               or self.rng.random() < conv["new_conversation_probability"] or self.turn >= conv["max_turns"])
         if new:
-            self._start_conversation()
+            self.conversation += 1
+            self.turn = 1
         else:
             self.turn += 1
-        context = self.context_tokens()
-        generation = self._randint(spec["generation_tokens"])
         if trace is not None:
-            context, generation = max(1, trace[0]), max(1, trace[1])
-        think = 0.0 if trace is not None else self.rng.uniform(*spec["think_time_s"])
+            context, generation, think = max(1, trace[0]), max(1, trace[1]), 0.0
+        else:
+            context = self.context_tokens()
+            generation = self._quarter_to_budget(self.generation_budget)
+            think = self.think_time_s * self.rng.uniform(*self.config["users"]["think_time_jitter"])
+        prefix_id = None
+        if self.features.prefix_caching and self.prefixes.tokens and self.rng.random() < self.prefixes.probability:
+            prefix_id = self.rng.randrange(len(self.prefixes.tokens))
         docs: tuple[int, ...] = ()
         if self.rag is not None and self.features.rag and self.rng.random() < self.rag.probability:
             docs = self.rag.sample(self.rng)
         self.seq += 1
-        prefix_tokens = self.prefixes.tokens[self.prefix_id] if self.prefix_id is not None else 0
+        prefix_tokens = self.prefixes.tokens[prefix_id] if prefix_id is not None else 0
         return Request(user_id=self.user_id, seq=self.seq, qos=self.qos, priority=self.priority,
                        template="trace" if trace is not None else self.template, conversation=self.conversation,
                        turn=self.turn, context_tokens=context, generation_tokens=generation, think_time_s=think,
-                       prefix_id=self.prefix_id, prefix_tokens=prefix_tokens, rag_docs=docs, trace_row=trace_row)
+                       prefix_id=prefix_id, prefix_tokens=prefix_tokens, rag_docs=docs, trace_row=trace_row)
 
 
 def make_users(count: int, seed: int, config: dict[str, Any], features: Features, prefixes: PrefixCatalog,
@@ -196,7 +206,7 @@ def make_users(count: int, seed: int, config: dict[str, Any], features: Features
 def preview(count: int, per_user: int, seed: int, config: dict[str, Any], features: Features,
             rag_docs: int = 0, large_model: bool = False) -> list[list[dict[str, Any]]]:
     """The first `per_user` request signatures of each user, without running anything."""
-    prefixes = PrefixCatalog(seed, config["prefix_cache"])
+    prefixes = PrefixCatalog(config["prefix_cache"])
     rag = RagCatalog(seed, config["rag"], rag_docs, large_model) if features.rag and rag_docs else None
     users = make_users(count, seed, config, features, prefixes, rag)
     return [[u.next_request().signature() for _ in range(per_user)] for u in users]
