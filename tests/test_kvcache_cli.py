@@ -285,7 +285,7 @@ def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, sma
 def test_datasize_bounds_the_storage_tier_per_option_without_a_leaf(cli, results):
     res = cli("closed", "kvcache", "datasize", "-np", "2", "-rd", results, "-sn", "sys1")
     assert res.rc == 0, res.err
-    # option 1: 200 users x 200,000 live tokens (8 turns x 25,000) x 128 KiB per token (llama3.1-8b)
-    assert "option 1: 4,882.8 GiB per rank, 9,765.6 GiB in all" in res.out
+    # option 1: 200 users x 1,250,000 live tokens (50 turns x 25,000) x 128 KiB per token (llama3.1-8b)
+    assert "option 1: 30,517.6 GiB per rank, 61,035.2 GiB in all" in res.out
     assert "command:" not in res.out
     assert all_leaves(results) == []

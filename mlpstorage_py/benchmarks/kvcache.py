@@ -468,6 +468,10 @@ class KVCacheBenchmark(Benchmark):
             raise BenchmarkFailed(f"partial failure: {missing} rank result(s) missing, {sum(map(len, failures.values()))} "
                                   "trial(s) failed; summary.json records which" + (f"; first: {first}" if first else ""))
         for key, aggregate in aggregates.items():
+            if aggregate["requests_failed"]:
+                log.warning(f"option {key}: {aggregate['requests_failed']} request(s) could not store their KV "
+                            "(larger than the storage tier) and are not counted; the rank files' "
+                            "summary.failed_requests name them")
             if aggregate["all_ranks_cpu_tier"]:
                 log.warning(f"option {key}: every rank served its KV from memory (storage_entries == 0); its device "
                             "latency is not a storage measurement (Rules 6.3.4.4)")
@@ -477,7 +481,8 @@ class KVCacheBenchmark(Benchmark):
         print(f"option {key}: read {a['aggregated_read_bandwidth_gbps']:.3f} GiB/s, write "
               f"{a['aggregated_write_bandwidth_gbps']:.3f} GiB/s, device P95 read {a['aggregated_device_read_p95_ms']:.2f} ms "
               f"/ write {a['aggregated_device_write_p95_ms']:.2f} ms, storage throughput "
-              f"{a['aggregated_storage_throughput_tokens_per_sec']:.1f} tok/s ({a['total_ranks']} ranks)", flush=True)
+              f"{a['aggregated_storage_throughput_tokens_per_sec']:.1f} tok/s ({a['total_ranks']} ranks; "
+              f"{a['requests_completed']} requests done, {a['requests_failed']} failed)", flush=True)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         summary = json.loads((leaf / "summary.json").read_text(encoding="utf-8"))

@@ -68,6 +68,7 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
                 present[rank] = result
         sums = {"read_bandwidth_gbps": 0.0, "write_bandwidth_gbps": 0.0, "storage_throughput_tokens_per_sec": 0.0,
                 "avg_throughput_tokens_per_sec": 0.0, **{f"reference_way_{k}": 0.0 for k in REFERENCE_WAY}}
+        counts = {"requests_completed": 0, "requests_failed": 0, "requests_truncated_at_deadline": 0}
         maxima = {"device_read_p95_ms": 0.0, "device_write_p95_ms": 0.0, "storage_read_p95_ms": 0.0, "p95_latency_ms": 0.0}
         trial_cpu: list[int] = []
         for rank, result in sorted(present.items()):
@@ -80,6 +81,9 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
             sums["write_bandwidth_gbps"] += float(cache.get("tier_storage_write_bandwidth_gbps", 0.0))
             sums["storage_throughput_tokens_per_sec"] += float(summary.get("storage_throughput_tokens_per_sec", 0.0))
             sums["avg_throughput_tokens_per_sec"] += float(summary.get("avg_throughput_tokens_per_sec", 0.0))
+            counts["requests_completed"] += int(summary.get("total_requests", 0))
+            counts["requests_failed"] += int(summary.get("requests_failed", 0))
+            counts["requests_truncated_at_deadline"] += int(summary.get("requests_truncated_at_deadline", 0))
             reference = summary.get("figures_reference_way") or {}
             for key, source in REFERENCE_WAY.items():
                 sums[f"reference_way_{key}"] += float(reference.get(source, 0.0))
@@ -88,7 +92,8 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
                 maxima["device_write_p95_ms"] = max(maxima["device_write_p95_ms"], float(cache.get("storage_write_device_p95_ms", 0.0)))
                 maxima["storage_read_p95_ms"] = max(maxima["storage_read_p95_ms"], float(cache.get("storage_read_p95_ms", 0.0)))
             maxima["p95_latency_ms"] = max(maxima["p95_latency_ms"], float((summary.get("end_to_end_latency_ms") or {}).get("p95", 0.0)))
-        per_trial.append({"trial": trial, "ranks_reported": len(present), "cpu_tier_ranks": trial_cpu, **sums, **maxima})
+        per_trial.append({"trial": trial, "ranks_reported": len(present), "cpu_tier_ranks": trial_cpu, **sums, **maxima,
+                          **counts})
     counted = [t for t in per_trial if t["ranks_reported"]]
 
     def mean(key: str) -> float:
@@ -113,6 +118,10 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
         "total_ranks": total_ranks,
         "partial_failure": partial,
         "missing_files": missing,
+        # Over every rank and trial: requests whose I/O all happened, and those that could not
+        # store their KV (never counted in the figures above).
+        "requests_completed": sum(t["requests_completed"] for t in per_trial),
+        "requests_failed": sum(t["requests_failed"] for t in per_trial),
         "cpu_tier_ranks": sorted({c["rank"] for c in cpu_tier}),
         "cpu_tier_rank_trials": cpu_tier,
         "all_ranks_cpu_tier": bool(counted) and all(len(t["cpu_tier_ranks"]) == t["ranks_reported"] for t in counted),
