@@ -10,13 +10,15 @@ from typing import Any
 
 from mlpstorage_py.errors import NotFoundError, PermissionDenied, UsageError
 from mlpstorage_py.results import history
-from mlpstorage_py.results.sentinel import ORG_PATTERN, init_results_dir, require_org, resolve_results_dir
+from mlpstorage_py.results.sentinel import (ORG_PATTERN, create_results_dir, record_default, require_org,
+                                            resolve_results_dir)
 
 
 def init(args: dict[str, Any], argv: list[str]) -> int:
-    path, created = init_results_dir(args["org"], Path(args["dir"]))
+    path, created = create_results_dir(args["org"], Path(args["dir"]))
+    default = record_default(path, args.get("set_default", False))
     verb = "initialised" if created else "already initialised"
-    print(f"{path} {verb} for organization {args['org']}; recorded as the default results directory")
+    print(f"{path} {verb} for organization {args['org']}; {default}")
     return 0
 
 

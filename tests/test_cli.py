@@ -271,8 +271,8 @@ def test_whatif_leaves_an_initialised_results_dir_unchanged(cli, results):
 
 def test_results_dir_resolution_order(cli, tmp_path, monkeypatch):
     flag_dir, env_dir, default_dir = tmp_path / "flag", tmp_path / "env", tmp_path / "default"
-    for org, path in (("FlagOrg", flag_dir), ("EnvOrg", env_dir), ("DefaultOrg", default_dir)):
-        assert cli("init", org, path).rc == 0  # the last init is the recorded default
+    for org, path in (("DefaultOrg", default_dir), ("FlagOrg", flag_dir), ("EnvOrg", env_dir)):
+        assert cli("init", org, path).rc == 0  # the first init is the recorded default; later ones keep it
 
     monkeypatch.setenv("MLPSTORAGE_RESULTS_DIR", str(env_dir))
     assert cli(*DATASIZE, "-sn", "sys1", "--results-dir", flag_dir).rc == 0

@@ -119,3 +119,60 @@ def test_a_sentinel_nested_past_the_parsers_depth_is_a_one_line_error(cli, tmp_p
     for argv in (("reports", "reportgen", "-rd", root), (*DATASIZE, "-sn", "sys1", "-rd", root)):
         res = cli(*argv)
         assert res.rc == 5 and len(res.err_lines) == 1 and "not a valid results sentinel (RecursionError" in res.err, res.err
+
+
+# --- the per-user default is never re-pointed behind the user's back ---------------------
+
+def recorded_default(tmp_path):
+    return read_yaml(tmp_path / "xdg" / "mlpstorage" / "config.yaml")["results_dir"]
+
+
+def test_init_elsewhere_keeps_a_default_that_names_another_tree(cli, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cli("init", "Org", first).rc == 0
+    res = cli("init", "Other", second)
+    assert res.rc == 0, res.err
+    assert (second / "mlperf-results.yaml").is_file()
+    assert recorded_default(tmp_path) == str(first.resolve())
+    assert f"stays {first.resolve()}" in res.out and f"config set results_dir {second.resolve()}" in res.out
+    assert "--set-default" in res.out and len(res.out.splitlines()) == 1
+    # a later command without --results-dir still lands in the first tree
+    assert cli(*DATASIZE, "-sn", "sys1").rc == 0
+    assert (first / "closed" / "Org").is_dir() and not (second / "closed").exists()
+
+
+def test_init_set_default_switches_and_says_so(cli, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cli("init", "Org", first).rc == 0
+    res = cli("init", "Org", second, "--set-default")
+    assert res.rc == 0, res.err
+    assert recorded_default(tmp_path) == str(second.resolve())
+    assert f"replacing {first.resolve()} (--set-default)" in res.out
+
+
+def test_init_again_on_a_kept_tree_does_not_switch(cli, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cli("init", "Org", first).rc == 0
+    assert cli("init", "Org", second).rc == 0
+    res = cli("init", "Org", second)
+    assert "already initialised" in res.out and "stays" in res.out
+    assert recorded_default(tmp_path) == str(first.resolve())
+    assert "already the default" in cli("init", "Org", first).out
+
+
+def test_init_replaces_a_default_that_is_no_results_tree(cli, tmp_path):
+    gone = tmp_path / "gone"
+    assert cli("init", "Org", gone).rc == 0
+    (gone / "mlperf-results.yaml").unlink()
+    res = cli("init", "Org", tmp_path / "new")
+    assert res.rc == 0
+    assert recorded_default(tmp_path) == str((tmp_path / "new").resolve())
+    assert f"replacing {gone.resolve()} (no results tree there)" in res.out
+
+
+def test_config_set_is_the_documented_switch(cli, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cli("init", "Org", first).rc == 0
+    assert cli("init", "Org", second).rc == 0
+    assert cli("config", "set", "results_dir", second).rc == 0
+    assert resolve_results_dir(None)[0] == second.resolve()

@@ -10,9 +10,12 @@ from mlpstorage_py.cli.common import add_universal, positive_int
 
 def register(top: Any) -> None:
     p = top.add_parser("init", help="initialise a results directory for an organization",
-                       description="Write the results sentinel for <org> and record <dir> as the default results directory.")
+                       description="Write the results sentinel for <org> and record <dir> as the default results "
+                                   "directory, unless the default already names another results tree (--set-default).")
     p.add_argument("org", help="organization name ([A-Za-z0-9._-]+)")
     p.add_argument("dir", nargs="?", default="~/mlpstorage-results", help="results directory (default ~/mlpstorage-results)")
+    p.add_argument("--set-default", action="store_true",
+                   help="make <dir> the default results directory even when the default names another results tree")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     p.set_defaults(_handler="init")
 

@@ -41,12 +41,28 @@ def read_user_config() -> dict[str, Any]:
     return data
 
 
-def _record_default(results_dir: Path) -> None:
+def record_default(results_dir: Path, set_default: bool = False) -> str:
+    """Record results_dir as the per-user default, unless the default already names another
+    live results tree: every later command without --results-dir would silently land in the
+    new tree. Returns the sentence that says which was done."""
     config = read_user_config()
+    recorded = config.get("results_dir")
+    other = Path(str(recorded)).expanduser().resolve() if recorded else None
+    if other == results_dir:
+        return "already the default results directory"
+    live = other is not None and (other / SENTINEL).is_file()
+    if live and not set_default:
+        return (f"the default results directory stays {other} (another results tree); to switch: "
+                f"`mlpstorage config set results_dir {results_dir}` or `mlpstorage init ... --set-default`")
     config["results_dir"] = str(results_dir)
     path = user_config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(config, sort_keys=True))
+    if live:
+        return f"now the default results directory, replacing {other} (--set-default)"
+    if other is not None:
+        return f"recorded as the default results directory, replacing {other} (no results tree there)"
+    return "recorded as the default results directory"
 
 
 def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
@@ -64,7 +80,14 @@ def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
     return data
 
 
-def init_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
+def init_results_dir(orgname: str, results_dir: Path, set_default: bool = False) -> tuple[Path, bool]:
+    """`mlpstorage init` as a library call: the tree, then the per-user default by record_default's rule."""
+    path, created = create_results_dir(orgname, results_dir)
+    record_default(path, set_default)
+    return path, created
+
+
+def create_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
     """Create or confirm a results root for an organization; returns (path, created)."""
     if not ORG_PATTERN.match(orgname):
         raise UsageError(f"organization name {orgname!r} must start with a letter or digit and match [A-Za-z0-9._-]+")
@@ -77,7 +100,6 @@ def init_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
             raise ConfigurationError(
                 f"{results_dir} is already initialised for organization "
                 f"{existing['orgname']!r}; refusing to re-initialise it for {orgname!r}")
-        _record_default(results_dir)
         return results_dir, False
     if results_dir.is_dir() and any(results_dir.iterdir()):
         raise ConfigurationError(
@@ -90,7 +112,6 @@ def init_results_dir(orgname: str, results_dir: Path) -> tuple[Path, bool]:
         "initialized_by": f"mlpstorage {__version__}",
     }
     atomic_write_text(results_dir / SENTINEL, yaml.safe_dump(sentinel, sort_keys=False))
-    _record_default(results_dir)
     return results_dir, True
 
 
