@@ -91,7 +91,7 @@ def _vdb_args(ctx: Context, command: str) -> dict[str, Any]:
     args = {"model": VDB_INDEX, "command": command, "benchmark": "vectordb", "num_vectors": n, "dimension": dim,
             "num_shards": 1, "vector_dtype": "FLOAT_VECTOR", "index_type": None, "vdb_engine": VDB_ENGINE, "host": None,
             "port": None, "collection": None, "data_dir": VDB_ROOT, "storage_type": "local_fs", "seed": 42,
-            "distribution": "uniform", "storage": "file", "params": None, "allow_invalid_params": False}
+            "distribution": "uniform", "storage": "file", "params": [], "allow_invalid_params": False}
     if command == "datagen":
         args.update(metric_type="COSINE", max_degree=64, ef_construction=200, batch_size=1000, chunk_size=10000,
                     force=False, compact=False)
@@ -297,10 +297,10 @@ def write_kv_cache(ctx: Context) -> None:
     _fs_separation(leaf, KV_CACHE_DIR, start)
     (leaf / "mlpstorage.log").write_text(f"{start.isoformat()} INFO leaf: {leaf.name}\n", encoding="utf-8")
     args = {"benchmark": "kvcache", "model": KV_MODEL, "cache_dir": KV_CACHE_DIR, "num_processes": total, "npernode": None,
-            "hosts": None, "kv_options": None, "kv_model": None, "num_users": None, "duration": None, "gpu_mem_gb": None,
+            "hosts": [HOST], "kv_options": None, "kv_model": None, "num_users": None, "duration": None, "gpu_mem_gb": None,
             "cpu_mem_gb": None, "generation_mode": None, "performance_profile": None, "disable_multi_turn": None,
             "disable_prefix_caching": None, "enable_rag": None, "rag_num_docs": None, "kv_config": None, "seed": None,
-            "trials": None, "inter_option_delay": None, "params": None, "allow_invalid_params": False}
+            "trials": None, "inter_option_delay": None, "params": [], "allow_invalid_params": False}
     engine = {"engine": kvcache.ENGINE, "wrapper": WRAPPER, "cache_dir": KV_CACHE_DIR, "config_file": None, "hosts": [HOST],
               "npernode": total, "host_count": 1, "total_ranks": total, "kv_cache_args": per_option}
     metadata(ctx, leaf, "kv_cache", KV_MODEL, "run", start, end, total, None, args, copy.deepcopy(parameters), {},

@@ -13,9 +13,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
-from mlpstorage_py.launch import hostinfo, mpi, preflight
+from mlpstorage_py.launch import hostinfo, libraries, mpi, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import atomic_write_text, write_json
@@ -34,6 +34,8 @@ def print_plan(bench: Benchmark, plan: Plan) -> None:
     """whatif: show what would run, execute nothing."""
     req = bench.request
     print(f"{req.mode} {req.benchmark} {req.model} {req.command} ({req.storage}): plan only, nothing is executed")
+    if plan.engine_identity:
+        print(engine_line(plan.engine_identity))
     for line in plan.report:
         print(line)
     for argv in plan.commands:
@@ -87,6 +89,8 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
     try:
         handlers = attach_leaf(leaf)
         log.info(f"leaf: {leaf}")
+        if plan.engine_identity:
+            log.info(engine_line(plan.engine_identity))
         metadata.update(_metadata(bench, plan, leaf, stamp))
         metadata.update(storage_env)
         if fs_record is not None:
@@ -175,6 +179,18 @@ def _storage_env_gate(bench: Benchmark) -> dict[str, Any]:
     return record
 
 
+def _published_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The parsed options, with the published metadata's list fields never null (readers take len()
+    of them): `hosts` is the host list the launcher was given, its default without --hosts, as the
+    reference writes; `params` is [] without --params."""
+    shown = {k: v for k, v in args.items() if not k.startswith("_")}
+    if "hosts" in shown and not shown["hosts"]:
+        shown["hosts"] = list(mpi.DEFAULT_HOSTS)
+    if "params" in shown and shown["params"] is None:
+        shown["params"] = []
+    return shown
+
+
 def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str, Any]:
     req = bench.request
     return {
@@ -186,7 +202,7 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
         "accelerator": plan.accelerator,
         "storage": req.storage,
         "result_dir": str(leaf),
-        "args": {k: v for k, v in req.args.items() if not k.startswith("_")},
+        "args": _published_args(req.args),
         "parameters": plan.parameters,
         "override_parameters": plan.override_parameters,
         "engine_parameters": plan.engine_parameters,
@@ -201,8 +217,11 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
                 status: int, failure: str | None) -> None:
     """Pointer, provenance and metadata; written last so they describe the outcome."""
     atomic_write_text(leaf / code_image.POINTER_FILE, code_image.pointer_text(digest) + "\n")
+    hosts = libraries.collect(leaf / libraries.DIR_NAME)
+    for module, by_version in libraries.disagreements(hosts):
+        log.warning(libraries.describe(module, by_version))
     provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library,
-                                            plan.dlio_engine))
+                                            plan.dlio_engine, plan.engine_identity, hosts))
     end = time.time()
     metadata.update(
         executed_command="; ".join(shlex.join(argv) for argv in plan.commands),
@@ -212,5 +231,7 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
         exit_status=status,
         failure=failure,
         deadline_s=plan.deadline_s,
+        engine_identity=plan.engine_identity,
+        libraries_by_host=hosts,
     )
     write_json(leaf / f"{bench.benchmark_type}_{metadata['run_datetime']}_metadata.json", metadata)
