@@ -21,6 +21,9 @@ LEAF_DEPTH = {"training": 2, "checkpointing": 1, "vector_database": 3, "kv_cache
 # `mlpstorage runs rm` moves leaves to: never read as part of the package.
 PRIVATE_DIR = ".mlps"
 TRASH_DIR = Path(PRIVATE_DIR) / "trash"
+# The KV cache aggregate under the name older tool versions wrote (and Rules 6.3.4 still uses),
+# read where a leaf has no summary.json: kvcache_run_summary.json or kvcache_run_summary_<ts>.json.
+OLDER_KV_SUMMARY = "kvcache_run_summary*.json"
 
 
 @dataclass
@@ -61,7 +64,7 @@ class Leaf:
 
     @functools.cached_property
     def summary(self) -> dict[str, Any] | None:
-        found = self.glob("*summary.json")
+        found = self.glob("*summary.json") or (self.glob(OLDER_KV_SUMMARY) if self.benchmark == "kv_cache" else [])
         return read_object(found[0]) if found else None
 
     @functools.cached_property

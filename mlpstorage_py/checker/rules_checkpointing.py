@@ -34,6 +34,10 @@ FIGURES = {  # results.csv column -> (phase, summary metric)  (4.3.6)
 }
 
 
+# summary.json checkpoint_engine.name of a leaf made by `--engine dlio` (benchmarks/dlio_engine.Engine.name).
+DLIO_ENGINE = "dlio_benchmark "
+
+
 # --- what a leaf records -----------------------------------------------------------------
 
 def _runs(pkg: Package) -> list[tuple[Workload, LeafRecord]]:
@@ -50,6 +54,26 @@ def _by_workload(pkg: Package) -> list[tuple[Workload, list[LeafRecord]]]:
 def _metric(rec: LeafRecord) -> dict:
     value = dig(rec.summary, "metric")
     return value if isinstance(value, dict) else {}
+
+
+def dlio_engine(summary: Any, meta: Any) -> str | None:
+    """The DLIO that `--engine dlio` ran the checkpoints through (the summary's checkpoint_engine,
+    else the metadata's engine), or None: our engine and the reference tool's leaves name none."""
+    for value in (dig(summary, "checkpoint_engine", "name"), dig(meta, "engine"), dig(meta, "engine_parameters", "engine")):
+        if isinstance(value, str) and value.startswith(DLIO_ENGINE):
+            return value
+    return None
+
+
+def dlio_engine_note(summary: Any, meta: Any) -> str | None:
+    """What a reader of an `--engine dlio` leaf's figures must know (ManPage: `--engine dlio`), or None."""
+    name = dlio_engine(summary, meta)
+    if name is None:
+        return None
+    writer = dig(summary, "checkpoint_engine", "writer")
+    return (f"checkpoints written through --engine dlio ({name}, writer {writer or 'not recorded'}): the data is "
+            "zero-filled, so it compresses and dedups, and the figures are rank 0's timing only: a cross-check, "
+            "not comparable with incompressible data timed on every rank")
 
 
 def _size_gib(rec: LeafRecord) -> float | None:
@@ -316,6 +340,10 @@ def subset_runs(pkg: Package) -> Iterable[Finding]:
 @rule("4.3.6", "checkpointResultAggregation", parts=True)
 def result_aggregation(pkg: Package) -> Iterable[Finding]:
     """results.json's Write/Read B/W and Duration are the means over the write- and read-phase runs."""
+    for _, rec in _runs(pkg):
+        note = dlio_engine_note(rec.summary, rec.meta)
+        if note:
+            yield finding("4.3.6", WARNING, rec.summary_path, note)
     for wl, recs in _by_workload(pkg):
         path = wl.path / "results.json"
         data, problem = load_json(path)

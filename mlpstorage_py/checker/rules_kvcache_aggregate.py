@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.rules_kvcache import (
@@ -69,6 +70,7 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
             yield finding(number, INVALID, kv.rec.summary_path, f"cannot check {what}: {kv.rec.summary_problem}")
             continue
         tol = float(kv.checker.get("kvcache_aggregate_rel_tol", 1e-9))
+        declared = declared_missing(kv.summary)
         missing_files: list[RankFile] = []
         for option in kv.options:
             block = kv.option_summary(option)
@@ -80,12 +82,15 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
                 unstated.append(f"Option {option} states no {', '.join(absent)}")
             elif absent:
                 yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} states no {', '.join(absent)}")
+            # a rank result the summary itself names as lost is the partial failure 6.3.4.1 reports,
+            # not a file the package lacks; the stated aggregate is checked over the ranks it summed
             files = kv.files_of(option)
-            bad = [f for f in files if f.data is None]
-            if bad or not files:
+            bad = [f for f in files if f.data is None and (f.option, f.trial, f.rank) not in declared]
+            present = [f for f in files if f.data is not None]
+            if bad or not present:
                 missing_files += bad
                 continue
-            values = recompute(files)
+            values = recompute(present)
             for key, get in pick.items():
                 stated = as_number(block.get(key))
                 if stated is not None and not _close(stated, get(values), tol):
@@ -99,14 +104,28 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
                                                  f"(reported under {files_rule})")
         elif missing_files:
             yield finding(number, INVALID, kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
-        elif not kv.rank_files and kv.options:
+        elif not kv.rank_files and kv.options and not declared:
             yield finding(number, INVALID, kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
                                                     "(total_ranks and trials_per_option unrecorded or implausible)")
 
 
 @rule("6.3.4.1", "kvcacheAggregateBandwidth", parts=True)
 def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
-    """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over ranks, recomputed."""
+    """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over ranks, recomputed;
+    a summary that records lost ranks (partial_failure) is not that sum."""
+    for kv in _leaves(pkg):
+        lost = partial_failure(kv.summary)
+        if lost is None:
+            continue
+        if lost.missing_ranks:
+            yield finding("6.3.4.1", INVALID, kv.rec.summary_path,
+                          f"partial failure: {lost.text()}; the aggregates sum every rank of a trial, so figures "
+                          "summed over the surviving ranks are not this result's (the same holds for 6.3.4.2's "
+                          "throughput and 6.3.4.3's latency of those Options)")
+        else:
+            yield finding("6.3.4.1", WARNING, kv.rec.summary_path,
+                          f"partial failure: {lost.text()}; every rank result is present, but the run did not "
+                          "end cleanly")
     yield from _check_aggregate(pkg, "6.3.4.1", "the aggregate bandwidth",
                                 {READ_BW: lambda r: r.read_bw, WRITE_BW: lambda r: r.write_bw})
 
@@ -173,6 +192,11 @@ def headline(pkg: Package) -> Iterable[Finding]:
         if kv.summary is None:
             yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"no headline result: {kv.rec.summary_problem}")
             continue
+        older = kv.rec.summary_name or ""
+        if older.startswith("kvcache_run_summary"):
+            yield finding("6.3.4.5", WARNING, kv.rec.summary_path,
+                          f"the aggregate was read from {older}, the name older tool versions wrote; the reference's "
+                          "report generator reads only summary.json and withholds the row: rename it summary.json")
         total = as_int(dig(kv.summary, "total_ranks"))
         if total is None:
             yield finding("6.3.4.5", INVALID, kv.rec.summary_path, "summary.json states no total_ranks for the headline")

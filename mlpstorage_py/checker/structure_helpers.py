@@ -124,7 +124,17 @@ class LeafRecord:
 
     @functools.cached_property
     def _summary(self):
-        return self._one(lambda n: n.endswith("summary.json"))
+        found = self._one(lambda n: n.endswith("summary.json"))
+        if found[1] == "missing":  # a KV cache leaf of an older tool version (package.OLDER_KV_SUMMARY)
+            older = self._one(lambda n: n.startswith("kvcache_run_summary") and n.endswith(".json"))
+            found = older if older[1] != "missing" else found
+        return found
+
+    @property
+    def summary_name(self) -> str | None:
+        """The file the summary was read from (None when there is none)."""
+        path = self._summary[2]
+        return path.name if path is not None else None
 
     @functools.cached_property
     def _fs_separation(self):

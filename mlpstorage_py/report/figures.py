@@ -1,4 +1,5 @@
-"""Published figures of one result, exactly as the rules define them (3.3.8, 4.3.6, 5.x, 6.3.4).
+"""Published figures of one result, exactly as the rules define them (3.3.8, 4.3.6, 5.x; the KV
+cache row, 6.3.4, is kv_rows').
 
 Each function takes the leaves of one result and returns (figures, issues): figures are the
 values of the results table (None where the rules say the cell is blank), issues are messages
@@ -11,6 +12,7 @@ import statistics
 from typing import Any
 
 from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.checker.rules_checkpointing import dlio_engine_note
 from mlpstorage_py.rules.tables import checker
 
 Figures = dict[str, Any]
@@ -81,6 +83,10 @@ def checkpointing(leaves: list[Leaf]) -> tuple[Figures, list[str]]:
         "read_duration_s": _mean_of(reads, "load_checkpoint_duration_mean_seconds"),
     }
     issues = [f"{k} is blank: a {'write' if 'write' in k else 'read'}-phase run lacks it" for k, v in figures.items() if v is None]
+    for leaf in sorted(leaves, key=lambda l: l.path.name):
+        note = dlio_engine_note(leaf.summary, leaf.metadata)
+        if note:
+            issues.append(f"{leaf.path.name}: {note}")
     return figures, issues
 
 
@@ -246,25 +252,4 @@ def vector_database(runs: list[Leaf]) -> tuple[Figures, list[str]]:
                "client_nodes": max(hosts) if hosts else None,
                "sources": {name: source for name, (record, source) in records.items()}}
     figures["read_bw_gib_s"] = figures.pop("read_mbps") / 1024 if figures["read_mbps"] is not None else figures.pop("read_mbps")
-    return figures, issues
-
-
-KV_FIELDS = {"throughput_tok_s": "aggregated_storage_throughput_tokens_per_sec",
-             "read_bw_gib_s": "aggregated_read_bandwidth_gbps",
-             "write_bw_gib_s": "aggregated_write_bandwidth_gbps",
-             "p95_read_latency_ms": "aggregated_device_read_p95_ms"}
-
-
-def kv_cache(runs: list[Leaf]) -> tuple[Figures, list[str]]:
-    """Rules 6.3.4: the per-Option headline from the run's aggregated summary.json."""
-    issues: list[str] = []
-    if len(runs) != 1:
-        issues.append(f"expected 1 KV cache run, found {len(runs)}")
-    options = ((runs[-1].summary or {}).get("options") or {}) if runs else {}
-    figures: Figures = {}
-    for option in ("1", "2", "3"):
-        block = options.get(option) or {}
-        for name, key in KV_FIELDS.items():
-            value = block.get(key)
-            figures[f"option{option}_{name}"] = value if isinstance(value, (int, float)) else None
     return figures, issues

@@ -13,7 +13,8 @@ import yaml
 from mlpstorage_py.checker.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
-from mlpstorage_py.report import figures, manifest, table
+from mlpstorage_py.report import figures, kv_rows, manifest, table
+from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
 from mlpstorage_py.submission.leaves import FAILED, INCOMPLETE, state
@@ -22,10 +23,11 @@ PUBLIC_IDS = "public_ids.json"
 
 
 def _group(pkg: Package) -> dict[tuple[str, str, Path], list[Leaf]]:
-    """Run leaves per result: (division, org, workload directory) -> leaves that finished."""
+    """Run leaves per result: (division, org, workload directory) -> leaves that finished (a KV
+    cache workload keeps every run: its row names the runs it drops, kv_rows.choose)."""
     results: dict[tuple[str, str, Path], list[Leaf]] = defaultdict(list)
     for leaf in pkg.leaves:
-        if leaf.command == "run" and _finished(leaf):
+        if leaf.command == "run" and (_finished(leaf) or leaf.benchmark == "kv_cache"):
             results[(leaf.division, leaf.org, leaf.workload_dir)].append(leaf)
     return results
 
@@ -49,7 +51,12 @@ def _edition_and_class(leaves: list[Leaf], declared: str) -> tuple[str, str | No
     return edition, classes.pop() if len(classes) == 1 and None not in classes else None
 
 
-def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(the row, or None when it is withheld; the result's detail for its results.json)."""
+    runs = sorted(leaves, key=lambda l: l.path.name)
+    kv = kv_rows.kv_row([(leaf, _finished(leaf), state(leaf)[1]) for leaf in runs]) if runs[0].benchmark == "kv_cache" else None
+    if kv is not None:  # the row's identity cells are those of the one run it publishes
+        leaves = [l for l in runs if l.path.name == kv.figures.get("published_run")] or runs
     first = leaves[0]
     rel = first.workload_dir.relative_to(pkg.root).as_posix()
     edition, klass = _edition_and_class(leaves, editions()["current_edition"])
@@ -89,15 +96,14 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
                     "VDB - Query Latency (ms)": values["p99_latency_ms"],
                     "VDB - Recall Percentage": values["recall_percentage"], "VDB - Storage IOPs": values["read_iops"],
                     "VDB - Read B/W (GiB/s)": values["read_bw_gib_s"]})
-    else:
-        values, issues = figures.kv_cache(leaves)
-        row.update({"KVCache - # Client Nodes": hosts, "KVCache - Code": code, "KVCache - Logs": logs})
-        for option, group in table.KV_GROUPS.items():
-            for name, label in table.KV_METRICS.items():
-                row[f"KVCache {group} - {label}"] = values[f"option{option}_{name}"]
+    elif kv is not None:
+        values, issues = kv.figures, kv.issues
+        row.update({"KVCache - # Client Nodes": hosts, "KVCache - Code": code, "KVCache - Logs": logs, **kv.cells})
     row["Issues"] = issues
-    detail = {"result": rel, "runs": [l.path.name for l in sorted(leaves, key=lambda l: l.path.name)],
-              "figures": values, "issues": issues}
+    detail = {"result": rel, "runs": [l.path.name for l in runs], "figures": values, "issues": issues}
+    if kv is not None and kv.withheld:
+        detail["withheld"] = kv.withheld
+        return None, detail
     return row, detail
 
 
@@ -144,18 +150,25 @@ def generate(root: Path) -> list[Path]:
         per_org[(division, org)].append((row, detail, workload, leaves[0].benchmark))
     for division, org, org_dir in pkg.orgs:
         entries = per_org.get((division, org), [])
-        ids = _public_ids(org_dir / "results", [d["result"] for _, d, _, _ in entries], prefix)
-        rows = []
+        ids = _public_ids(org_dir / "results", [d["result"] for r, d, _, _ in entries if r is not None], prefix)
+        rows, withheld = [], []
         for row, detail, workload, benchmark in entries:
-            row["Public ID"] = detail["public_id"] = ids[detail["result"]]
             target = workload if benchmark == "checkpointing" else workload / "run"
+            if row is None:  # no ID: a row that never published holds none (kv_rows)
+                log.warning(f"reportgen: the row of {detail['result']} is withheld: {detail['withheld']}")
+                withheld.append({"result": detail["result"], "why": detail["withheld"]})
+                written.append(_write(target / "results.json", json.dumps({"rows": [], **detail}, indent=2, default=str)))
+                continue
+            row["Public ID"] = detail["public_id"] = ids[detail["result"]]
             written.append(_write(target / "results.json", json.dumps({"rows": [row], **detail}, indent=2, default=str)))
             rows.append(row)
         results = org_dir / "results"
         if results.is_symlink() or (results.exists() and not results.is_dir()):
             raise ConfigurationError(f"{results} is not a directory; reportgen writes the organization's tables there")
         results.mkdir(parents=True, exist_ok=True)
-        written.append(_write(results / "results.json", json.dumps({"columns": table.COLUMNS, "rows": rows}, indent=2, default=str)))
+        written.append(_write(results / "results.json", json.dumps({"columns": table.columns(rows), "rows": rows,
+                                                                    **({"withheld": withheld} if withheld else {})},
+                                                                   indent=2, default=str)))
         written.append(_write(results / "results.csv", table.to_csv(rows)))
         if ids:
             written.append(_write(results / PUBLIC_IDS, json.dumps(ids, indent=2, sort_keys=True)))

@@ -10,6 +10,7 @@ from typing import Any
 
 from mlpstorage_py.checker import files
 from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.report import sut_cells
 
 SUT = ["Public ID", "Organization", "Division", "Benchmark Type", "Model", "Rules Edition", "Comparability Class",
        "Name", "Description", "Type", "Access Protocol", "Availability", "RU's",
@@ -23,6 +24,8 @@ CHECKPOINTING = ["Checkpointing - Checkpoint Mode", "Checkpointing - # Client No
 VDB = ["VDB - # Client Nodes", "VDB - Code", "VDB - Logs", "VDB - Vector Count", "VDB - Vector Dimension",
        "VDB - Index Type", "VDB - Queries per Sec", "VDB - Query Latency (ms)", "VDB - Recall Percentage",
        "VDB - Storage IOPs", "VDB - Read B/W (GiB/s)"]
+# CLOSED's KV columns, per Option of Table KVCache-1 (configs/kvcache/options.yaml labels); an
+# Option run with another model or other memory tiers gets columns of its own (report/kv_rows.py).
 KV_GROUPS = {"1": "llama3.1-8b Storage Only", "2": "llama3.1-8b Storage + Mem", "3": "llama3.1-70b Storage Only"}
 KV_METRICS = {"throughput_tok_s": "Throughput (tok/s)", "read_bw_gib_s": "Read B/W (GiB/s)",
               "write_bw_gib_s": "Write B/W (GiB/s)", "p95_read_latency_ms": "P95 Read Latency (ms)"}
@@ -36,32 +39,14 @@ BENCHMARK_LABELS = {"training": "Training", "checkpointing": "Checkpointing", "v
 
 
 def system_columns(org_dir: Path, system: str) -> dict[str, Any]:
-    """The system-under-test block from systems/<system>.yaml (blank where it says nothing), read
-    as the checker reads it: a link or special file is not opened, a malformed file leaves blanks."""
+    """The system-under-test cells from systems/<system>.yaml (sut_cells; blank where it says nothing),
+    read as the checker reads it: a link or special file is not opened, a malformed file leaves blanks."""
     path = org_dir / "systems" / f"{system}.yaml"
     data = files.yaml_or_unreadable(path) if files.kind_of(path) == files.FILE else None
     try:
-        return _sut_columns(data if isinstance(data, dict) else {}, system)
+        return sut_cells.cells(data, system)
     except (AttributeError, TypeError, ValueError, OverflowError):  # wrong types inside the description
-        return _sut_columns({}, system)
-
-
-def _sut_columns(data: dict[str, Any], system: str) -> dict[str, Any]:
-    sut = data.get("system_under_test") or {}
-    solution = sut.get("solution") or {}
-    arch = solution.get("architecture") or {}
-    nodes = sut.get("product_nodes") or []
-    units = [int(n.get("quantity") or 1) * int((n.get("chassis") or {}).get("rack_units") or 0) for n in nodes]
-    watts = [int(n.get("quantity") or 1) * sum(int(p.get("unit_count") or 1) * int(p.get("nameplate_power_watts") or 0)
-                                               for p in ((n.get("chassis") or {}).get("power") or {}).get("psus_configured") or [])
-             for n in nodes]
-    return {"Name": solution.get("submission_name") or system,
-            "Description": " ".join(str(solution.get("friendly_description") or "").split()),
-            "Type": arch.get("storage_location"), "Access Protocol": arch.get("product_API"),
-            "Availability": solution.get("availability"), "RU's": sum(units) or None,
-            "Integrated Client Storage (TiB)": solution.get("integrated_client_storage_tib"),
-            "Usable Capacity (TiB)": solution.get("usable_capacity_tib"),
-            "Provisioned Power (W)": sum(watts) or None}
+        return sut_cells.cells({}, system)
 
 
 def link(text: str, href: str) -> dict[str, str]:
@@ -74,14 +59,22 @@ def leaf_hosts(leaf: Leaf) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
+def columns(rows: list[dict[str, Any]]) -> list[str]:
+    """COLUMNS, with any KV columns of the rows' own (an Option outside CLOSED's table) before Issues."""
+    known = set(COLUMNS)
+    extra = list(dict.fromkeys(c for row in rows for c in row if c.startswith("KVCache ") and c not in known))
+    return COLUMNS[:-1] + extra + COLUMNS[-1:]
+
+
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV in COLUMNS order; links become <a href> and missing values blank cells."""
+    """CSV in columns(rows) order; links become <a href> and missing values blank cells."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    header = columns(rows)
+    writer.writerow(header)
     for row in rows:
         cells = []
-        for column in COLUMNS:
+        for column in header:
             value = row.get(column)
             if isinstance(value, dict):
                 value = f'<a href="{value["href"]}">{value["text"]}</a>'
