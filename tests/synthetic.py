@@ -325,6 +325,16 @@ def register(family: str, writer: Writer) -> None:
 
 # --- the package -------------------------------------------------------------------------
 
+def _psus() -> dict[str, Any]:
+    """A node's power block in the published schema (Rules 2.1.7): 2 x 800 W; a new dict each, so no YAML alias."""
+    return {"min_psus_active": 1, "psus_configured": [{"unit_count": 2, "inlet_voltage": 230, "nameplate_power_watts": 800,
+                                                       "efficiency": "Platinum"}]}
+
+
+def _nic() -> dict[str, Any]:
+    return {"unit_count": 1, "type": "ethernet", "state": "up", "speed": 100, "traffic": ["data"]}
+
+
 def system_description(system: str) -> dict[str, Any]:
     return {"system_under_test": {
         "solution": {
@@ -336,11 +346,14 @@ def system_description(system: str) -> dict[str, Any]:
             "usable_capacity_tib": 100, "availability": "available"},
         "deployment": "onprem",
         "clients": [{"friendly_description": "test client", "quantity": 1,
-                     "chassis": {"model_name": "generic", "cpu_model": "x86_64", "cpu_qty": 1, "cpu_cores": HOST_CPUS,
-                                 "memory_capacity": HOST_MEMORY_GIB},
-                     "operating_system": {"name": "Linux", "version": "6.8.0"}}],
+                     "chassis": {"model_name": "generic", "rack_units": 1, "cpu_model": "x86_64", "cpu_qty": 1,
+                                 "cpu_cores": HOST_CPUS, "memory_capacity": HOST_MEMORY_GIB, "power": _psus()},
+                     "networking": [_nic()], "operating_system": {"name": "Linux", "version": "6.8.0"}}],
         "product_nodes": [{"friendly_description": "storage node", "quantity": 2,
-                           "chassis": {"model_name": "generic", "rack_units": 1}}]}}
+                           "chassis": {"model_name": "generic", "rack_units": 1, "cpu_model": "x86_64", "cpu_qty": 1,
+                                       "cpu_cores": 16, "memory_capacity": 64, "power": _psus()},
+                           "networking": [_nic()], "operating_system": {"name": "Linux", "version": "6.8.0"}}],
+        "total_rack_units": 2}}
 
 
 def capture_image(root: Path) -> str:

@@ -22,6 +22,7 @@ from mlpstorage_py.checker.files import DIR, FILE, LINK, OTHER, child, names, re
 from mlpstorage_py.checker.package import DIVISIONS, Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
+from mlpstorage_py.checker.system_schema import description_shape
 from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, checkpointing_leaves, dig, record, sanctioned, system_description,
     timestamp_dirs, training_leaves, workloads)
@@ -251,7 +252,8 @@ def open_subdirectories(pkg: Package) -> Iterable[Finding]:
 
 @rule("2.1.7", "systemsDirectoryFiles")
 def systems_files(pkg: Package) -> Iterable[Finding]:
-    """systems/ holds a <name>.yaml and a <name>.pdf per system, Markdown, and nothing else."""
+    """systems/ holds a <name>.yaml and a <name>.pdf per system, Markdown, and nothing else; each
+    description has the published shape (system_schema)."""
     for division, org, org_dir in pkg.orgs:
         systems = org_dir / "systems"
         if not real_dir(systems):
@@ -273,6 +275,8 @@ def systems_files(pkg: Package) -> Iterable[Finding]:
                 data, problem, path = system_description(pkg, division, org, stem)
                 if problem:
                     yield finding("2.1.7", INVALID, path, f"system description does not parse: {problem}")
+                else:
+                    yield from description_shape(path)
             if "pdf" in exts:
                 head, problem = read_text(systems / f"{stem}.pdf", 8)
                 if problem is None and not head.startswith("%PDF"):

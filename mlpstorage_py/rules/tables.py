@@ -78,3 +78,8 @@ def storage_env() -> dict[str, Any]:
 def host_survey() -> dict[str, Any]:
     """The host survey's tunables and environment variables (schema mlps-host-survey/1)."""
     return _load("host_survey.yaml")
+
+
+def system_description() -> dict[str, Any]:
+    """The system description's shape and the results table's SUT vocabulary (schema mlps-system-description/1)."""
+    return _load("system_description.yaml")

@@ -1,0 +1,225 @@
+"""Rules 2.1.7, the description's shape: systems/<system>.yaml against the published schema
+(rules/system_description.yaml: the working group's fields, nesting and allowed values, the
+fields the v3.0 reviewers added, and the rules across fields both apply).
+
+The edition's text names the file, not its schema, so a shape problem is a WARNING; the rules
+that read a field (4.7.3, 4.7.4, 5.5.1) judge it by their own sentences. Numbers are read as the
+reference's validator reads them: a quoted "2" is 2 (a published description quotes its own).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterator
+
+from mlpstorage_py.checker.files import load_yaml, real_dir
+from mlpstorage_py.checker.registry import WARNING, Finding, finding
+from mlpstorage_py.checker.structure_helpers import as_int, as_number
+from mlpstorage_py.rules.tables import system_description as table
+from mlpstorage_py.systems.profile import PLACEHOLDER
+
+CAPABILITIES = "system_under_test.solution.capabilities"
+# How many placeholder paths one finding names before it counts the rest.
+SHOWN = 5
+
+
+def _kind(value: Any) -> str:
+    for types, name in ((bool, "true/false"), (dict, "a mapping"), (list, "a list"), (str, "a string"),
+                        ((int, float), "a number")):
+        if isinstance(value, types):
+            return name
+    return type(value).__name__
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+class Shape:
+    """One description's problems ("path: what is wrong") and the fields still a placeholder."""
+
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.blocks = table()["blocks"]
+        self.skip = skip
+        self.problems: list[str] = []
+        self.placeholders: list[str] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(f"{path} {message}")
+
+    def block(self, value: Any, name: str, path: str) -> None:
+        if path in self.skip:
+            return
+        if not isinstance(value, dict):
+            self.add(path or "the document", f"is {_kind(value)}, not a mapping")
+            return
+        spec = self.blocks[name]
+        for field, field_spec in spec["fields"].items():
+            self.field(value.get(field), field_spec, _join(path, field), field in value)
+        if not spec.get("extra"):
+            for key in value:
+                if key not in spec["fields"]:
+                    self.add(_join(path, key), f"is not a field of {name} (allowed: {', '.join(spec['fields'])})")
+        rule = getattr(self, f"_{name}_rule", None)
+        if rule is not None:
+            rule(value, path)
+
+    def field(self, value: Any, spec: dict[str, Any], path: str, present: bool = True) -> None:
+        if value is None:
+            if not spec.get("optional"):
+                self.add(path, "is required" if not present else "is required, and is empty (null)")
+            return
+        if isinstance(value, str) and PLACEHOLDER in value:
+            self.placeholders.append(path)
+            return
+        kind = spec["type"]
+        if kind == "block":
+            self.block(value, spec["of"], path)
+        elif kind == "list":
+            self._list(value, spec, path)
+        else:
+            self._scalar(value, spec, path)
+
+    def _list(self, value: Any, spec: dict[str, Any], path: str) -> None:
+        if not isinstance(value, list):
+            self.add(path, f"is {_kind(value)}, not a list")
+            return
+        if len(value) < spec.get("min_items", 0):
+            self.add(path, f"needs at least {spec['min_items']} entr{'y' if spec['min_items'] == 1 else 'ies'}")
+        item = spec["of"]
+        for i, entry in enumerate(value):
+            if isinstance(item, str):
+                self.block(entry, item, f"{path}[{i}]")
+            else:
+                self.field(entry, item, f"{path}[{i}]")
+
+    def _scalar(self, value: Any, spec: dict[str, Any], path: str) -> None:
+        kind, low = spec["type"], spec.get("min")
+        if kind == "str":
+            if not isinstance(value, str):
+                self.add(path, f"is {value!r}, not a string (quote it)")
+            elif len(value.strip()) < low:
+                self.add(path, "is empty")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                self.add(path, f"is {value!r}, not true or false")
+        elif kind == "enum":
+            allowed = {str(v).casefold() for v in spec["values"]}
+            if not isinstance(value, str) or value.casefold() not in allowed:
+                self.add(path, f"is {value!r}, not one of {', '.join(map(str, spec['values']))}")
+        else:
+            number = as_int(value) if kind == "int" else as_number(value)
+            if number is None or not math.isfinite(number):
+                self.add(path, f"is {value!r}, not {'a whole number' if kind == 'int' else 'a number'}")
+            elif low is not None and number < low:
+                self.add(path, f"is {value!r}, less than {low}")
+
+    def _power_rule(self, power: dict[str, Any], path: str) -> None:
+        """The reference's rule 12: no more PSUs must be active than are installed."""
+        need, psus = as_int(power.get("min_psus_active")), power.get("psus_configured")
+        counts = [as_int(p.get("unit_count")) if isinstance(p, dict) else None for p in psus] if isinstance(psus, list) else [None]
+        if need is not None and None not in counts and need > sum(counts):
+            self.add(_join(path, "min_psus_active"), f"is {need}, more than the {sum(counts)} PSU(s) configured")
+
+    def _network_port_rule(self, port: dict[str, Any], path: str) -> None:
+        """A port that is up states its speed and what traffic it carries."""
+        if str(port.get("state")).casefold() == "up":
+            for key in ("speed", "traffic"):
+                if port.get(key) is None or port.get(key) == []:
+                    self.add(_join(path, key), "is required when state is 'up'")
+
+    def _architecture_rule(self, arch: dict[str, Any], path: str) -> None:
+        """The reference's rule 14: client_footprint and client_installation are both n/a or neither."""
+        footprint, installation = (str(arch.get(k)).casefold() == "n/a" for k in ("client_footprint", "client_installation"))
+        if footprint != installation:
+            self.add(path, "client_footprint and client_installation must both be 'n/a' or neither")
+
+    def _system_under_test_rule(self, sut: dict[str, Any], path: str) -> None:
+        """The rules across the whole system: deployment, rack units, networking, itemized storage."""
+        cross = table()["cross_field"]
+        arch = (sut.get("solution") or {}).get("architecture") if isinstance(sut.get("solution"), dict) else None
+        location = str(arch.get("storage_location")).casefold() if isinstance(arch, dict) else None
+        deployment = str(sut.get("deployment")).casefold()
+        groups = {key: [n for n in sut.get(key) or [] if isinstance(n, dict)] if isinstance(sut.get(key), list) else []
+                  for key in ("product_nodes", "clients", "product_switches")}
+        if deployment == "onprem":
+            self._onprem(sut, groups, path, location in cross["remote_locations"], location)
+        elif deployment == "cloud":
+            self._cloud(sut, groups, path)
+        self._rack_units(sut, groups, path)
+        if location in cross["remote_locations"]:
+            for key in ("product_nodes", "clients"):
+                for i, node in enumerate(groups[key]):
+                    if not node.get("networking"):
+                        self.add(f"{path}.{key}[{i}].networking", f"is required when storage_location is {location!r}")
+        if location in cross["local_locations"] and groups["product_switches"]:
+            self.add(f"{path}.product_switches", f"must be absent when storage_location is {location!r}")
+
+    def _onprem(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str, remote: bool, location: str | None) -> None:
+        for key in ("product_nodes", "clients"):
+            for i, node in enumerate(groups[key]):
+                chassis = node.get("chassis") if isinstance(node.get("chassis"), dict) else {}
+                for field in ("rack_units", "power"):
+                    if chassis.get(field) is None:
+                        self.add(f"{path}.{key}[{i}].chassis.{field}", "is required for an onprem deployment")
+        for i, switch in enumerate(groups["product_switches"]):
+            if switch.get("power") is None:
+                self.add(f"{path}.product_switches[{i}].power", "is required for an onprem deployment")
+        if sut.get("total_rack_units") is None:
+            self.add(f"{path}.total_rack_units", "is required for an onprem deployment")
+        if remote and not groups["product_nodes"]:
+            self.add(f"{path}.product_nodes", f"is required for an onprem deployment when storage_location is {location!r}: "
+                                              "the storage hardware and its power supplies must be itemized (the results "
+                                              "table's Provisioned Power (W) is derived from them)")
+
+    def _cloud(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str) -> None:
+        for key in ("product_switches", "rack_power_supplies"):
+            if sut.get(key):
+                self.add(f"{path}.{key}", "must be absent for a cloud deployment")
+        for key in ("product_nodes", "clients"):
+            for i, node in enumerate(groups[key]):
+                chassis = node.get("chassis") if isinstance(node.get("chassis"), dict) else {}
+                for field in ("rack_units", "power"):
+                    if chassis.get(field) is not None:
+                        self.add(f"{path}.{key}[{i}].chassis.{field}", "must be absent for a cloud deployment")
+
+    def _rack_units(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str) -> None:
+        """The reference's rule 11: total_rack_units is the itemized sum (clients excluded)."""
+        total = as_int(sut.get("total_rack_units"))
+        if total is None:
+            return
+        nodes = [(as_int((n.get("chassis") or {}).get("rack_units") if isinstance(n.get("chassis"), dict) else None),
+                  as_int(n.get("quantity"))) for n in groups["product_nodes"]]
+        switches = [(as_int(s.get("rack_units")), as_int(s.get("unit_count"))) for s in groups["product_switches"]]
+        if any(units is not None and count is None for units, count in nodes + switches):
+            return  # a count the type checks report
+        node_units = sum(u * c for u, c in nodes if u is not None)
+        switch_units = sum(u * c for u, c in switches if u is not None)
+        if total != node_units + switch_units:
+            self.add(f"{path}.total_rack_units", f"is {total}, but the itemized rack units sum to {node_units + switch_units} "
+                                                 f"(product_nodes {node_units} + product_switches {switch_units}; clients "
+                                                 "are excluded)")
+
+
+def check(doc: Any, skip: frozenset[str] = frozenset()) -> Shape:
+    """The shape of one parsed description; skip names blocks other rules judge."""
+    shape = Shape(skip)
+    shape.block(doc, "document", "")
+    return shape
+
+
+def description_shape(path: Path) -> Iterator[Finding]:
+    """2.1.7 WARNINGs for one parsed systems/<system>.yaml: a problem each, and one for the
+    placeholders left. The capabilities of a system with checkpointing results are 4.7.3's and 4.7.4's."""
+    doc, problem = load_yaml(path)
+    if problem is not None:
+        return
+    checkpointing = real_dir(path.parent.parent / "results" / path.stem / "checkpointing")
+    shape = check(doc, frozenset({CAPABILITIES}) if checkpointing else frozenset())
+    for message in shape.problems:
+        yield finding("2.1.7", WARNING, path, f"system description: {message}")
+    if shape.placeholders:
+        more = len(shape.placeholders) - SHOWN
+        yield finding("2.1.7", WARNING, path, f"system description: {len(shape.placeholders)} {PLACEHOLDER} placeholder(s) "
+                                              f"left: {', '.join(shape.placeholders[:SHOWN])}{f' and {more} more' if more > 0 else ''}")
