@@ -3,7 +3,7 @@ finding, and the real v3.0 llama3-8b write + read leaves read as what they are."
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -12,7 +12,7 @@ import pytest
 from conftest import REALDATA
 from mlpstorage_py.checker import rules_checkpointing as rc
 from mlpstorage_py.checker.package import Package
-from mlpstorage_py.checker.registry import INVALID, WARNING
+from mlpstorage_py.checker.registry import INFO, INVALID, WARNING
 from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, workload  # noqa: F401
 from test_checker_structure import findings_of, validate_realdata, verdicts
 
@@ -176,6 +176,20 @@ def test_the_failover_gap_message_names_its_sources(fresh):
     assert Path(gap.path).name == ckpt(root)[1].name
 
 
+def test_without_the_read_leafs_metadata_the_failover_gap_is_not_checked(fresh):
+    """The v3.0 release's read leaves lack their metadata: summary.json's times (here 100 s after
+    its own start, an INVALID gap were it one) are DLIO's span, not the invocation's; nothing is computed."""
+    root = fresh()
+    read = ckpt(root)[1]
+    later = lambda d: d.update(start=(datetime.fromisoformat(d["start"]) + timedelta(seconds=100)).isoformat())
+    edit_json(read / "summary.json", later)
+    metadata_file(read).unlink()
+    [gap] = findings_of(root, "4.7.1")
+    assert (gap.severity, Path(gap.path).name) == (INFO, read.name)
+    assert gap.message.startswith(f"failover gap not checked: {read.name}/checkpointing_{read.name}_metadata.json "
+                                  "is not in the package")
+
+
 # --- the real v3.0 corpus ----------------------------------------------------------------
 
 needs_realdata = pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is not present")
@@ -199,8 +213,14 @@ def test_realdata_llama3_8b_passes_4_3_4_and_4_6(real):
         # says that 8 x 180 GiB would hold the 104.7 GiB checkpoint whichever accelerator it was
         assert [f.severity for f in memory] == [INVALID]
         assert "8 x 180 GiB would hold" in memory[0].message
-    for number in ("4.6.1", "4.6.2", "4.6.3", "4.3.2", "4.3.5", "4.4.2", "4.7.1", "4.7.2", "4.7.3", "2.1.23", "2.1.24"):
+    for number in ("4.6.1", "4.6.2", "4.6.3", "4.3.2", "4.3.5", "4.4.2", "4.7.2", "4.7.3", "2.1.23", "2.1.24"):
         assert of(findings, number) == [], number
+    # the read leaf's metadata is not in the corpus: the failover gap is not checked, never computed from
+    # summary.json's times (DLIO's benchmark span, not the invocation's)
+    [gap] = of(findings, "4.7.1")
+    assert gap.severity == INFO and Path(gap.path).name == READ_LEAF
+    assert gap.message.startswith(f"failover gap not checked: {READ_LEAF}/checkpointing_{READ_LEAF}_metadata.json "
+                                  "is not in the package")
 
 
 @needs_realdata

@@ -420,11 +420,22 @@ def test_realdata_structure_findings_are_true_of_the_corpus(real):
     # every training result (NewFW and XSKY unet3d, Alluxio retinanet) holds 6 consecutive runs
     for number in ("2.1.17", "2.1.18", "2.1.9", "2.1.10", "2.1.11", "2.1.21", "2.1.5.a", "2.1.1", "2.1.24"):
         assert at(findings, number) == [], number
-    # NewFW's three leaves that kept their metadata were written under closed/Solidigm/ (their result_dir):
-    # a warning each, never INVALID (no rule sentence binds the recorded name to the filing); in the
-    # order of their results (checkpointing/, kv_cache/, training/), as the report lists them
-    assert [(f.severity, Path(f.path).name) for f in at(findings, "2.1.4")] == [
-        (WARNING, "20260713_104840"), (WARNING, "20260712_182110"), (WARNING, "20260712_134711")]
+    # NewFW's leaves were written under closed/Solidigm/: the three that kept their metadata say so in its
+    # result_dir, and every leaf whose dlio_config/hydra.yaml is in the corpus says so in Hydra's run.dir
+    # (the read leaf, the datagen leaf and the five other runs have no metadata): a warning each, never
+    # INVALID (no rule sentence binds the recorded name to the filing), in the order of their results
+    newfw = [(f.severity, Path(f.path).name, f.message) for f in at(findings, "2.1.4")]
+    assert [n for _, n, _ in newfw] == ["20260713_104840", "20260713_105538", "20260712_182110", "20260712_133654",
+                                        "20260712_134711", "20260712_141606", "20260712_144505", "20260712_151401",
+                                        "20260712_154257", "20260712_161152"]
+    assert {s for s, _, _ in newfw} == {WARNING} and all("'Solidigm'" in m for _, _, m in newfw)
+    by_leaf = {n: m for _, n, m in newfw}
+    assert "(result_dir)" in by_leaf["20260712_182110"] and "hydra" not in by_leaf["20260712_182110"]  # no DLIO
+    assert "(dlio_config/hydra.yaml run.dir)" in by_leaf["20260713_105538"] and "result_dir" not in by_leaf["20260713_105538"]
+    # Alluxio's retinanet runs were written as system aws_c7i48xlarge_i3en12xlarge_1c_1s (no metadata: Hydra says so)
+    alluxio = at(findings, "2.1.8", retina)
+    assert len(alluxio) == 4 and all("'aws_c7i48xlarge_i3en12xlarge_1c_1s' (dlio_config/hydra.yaml run.dir)" in f.message
+                                     for f in alluxio)
     # the corpus omits the PDFs (one per system: the first three organizations' and, since 2026-12-01,
     # XSKY's, UBIX's and SAMSUNG's), the published results.json tables and NewFW's unet3d datasize phase
     for org in ("Alluxio", "NewFW", "TTA"):

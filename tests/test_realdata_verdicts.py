@@ -60,8 +60,9 @@ VERDICTS = [
     ("2.1.20", INVALID, "NewFW unet3d", 10, ARTEFACT, A_CONFIG),
     ("3.3.3", WARNING, "NewFW unet3d", 6, TRUE, "A run that simulates fewer than 4 (num_accelerators in its *summary.json) "
                                                 "draws a warning"),
-    ("2.1.4", WARNING, "NewFW unet3d", 1, TRUE, "each submitter's contribution lives in a directory whose name is the "
-                                                "submitter's name (the metadata's result_dir says closed/Solidigm/)"),
+    ("2.1.4", WARNING, "NewFW unet3d", 7, TRUE, "each submitter's contribution lives in a directory whose name is the "
+                                                "submitter's name (the metadata's result_dir, and the datagen and every "
+                                                "run leaf's dlio_config/hydra.yaml run.dir, say closed/Solidigm/)"),
     # NewFW llama3-8b
     ("2.1.6", INVALID, "NewFW llama3-8b", 2, ARTEFACT, A_POINTER),
     ("2.1.22", INVALID, "NewFW llama3-8b", 1, ARTEFACT, "llama3-8b/results.json"),
@@ -69,7 +70,8 @@ VERDICTS = [
     ("4.3.1", WARNING, "NewFW llama3-8b", 2, TRUE, "A run below that ratio draws a warning"),
     ("4.3.4", INVALID, "NewFW llama3-8b", 2, TRUE, S_433_434 + " (the write leaf records accelerator null; the read "
                                                    "leaf's metadata is absent, and nothing else names an accelerator)"),
-    ("2.1.4", WARNING, "NewFW llama3-8b", 1, TRUE, "as for unet3d: recorded under closed/Solidigm/"),
+    ("2.1.4", WARNING, "NewFW llama3-8b", 2, TRUE, "as for unet3d: recorded under closed/Solidigm/ (the write leaf's "
+                                                   "metadata and both leaves' hydra.yaml run.dir)"),
     # NewFW kv_cache
     ("2.1.6", INVALID, "NewFW kv_cache", 1, ARTEFACT, A_POINTER),
     ("2.1.4", WARNING, "NewFW kv_cache", 1, TRUE, "as for unet3d: recorded under closed/Solidigm/"),
@@ -86,6 +88,9 @@ VERDICTS = [
     ("2.1.16", INVALID, "Alluxio retinanet", 1, ARTEFACT, "run/results.json"),
     ("2.1.19", INVALID, "Alluxio retinanet", 25, ARTEFACT, A_FILES + "; 20260710_133137's dlio_config/"),
     ("2.1.20", INVALID, "Alluxio retinanet", 9, ARTEFACT, A_CONFIG),
+    ("2.1.8", WARNING, "Alluxio retinanet", 4, TRUE, "it identifies the set of results collected from one configuration "
+                                                     "of the system-under-test (the four runs whose hydra.yaml is in the "
+                                                     "corpus were written as aws_c7i48xlarge_i3en12xlarge_1c_1s)"),
     # XSKY unet3d
     ("2.1.6", INVALID, "XSKY unet3d", 8, ARTEFACT, A_POINTER),
     ("3.1.1", INVALID, "XSKY unet3d", 4, ARTEFACT, "the *_metadata.json of runs 084942, 085729, 090513, 091259"),
@@ -93,8 +98,9 @@ VERDICTS = [
     ("2.1.16", INVALID, "XSKY unet3d", 1, ARTEFACT, "run/results.json"),
     ("2.1.19", INVALID, "XSKY unet3d", 28, ARTEFACT, A_FILES),
     ("2.1.20", INVALID, "XSKY unet3d", 10, ARTEFACT, A_CONFIG),
-    ("2.1.8", WARNING, "XSKY unet3d", 4, TRUE, "it identifies the set of results collected from one configuration of the "
-                                               "system-under-test (the four leaves with metadata record XSKY_AIMesh_3StorageNode_8Client)"),
+    ("2.1.8", WARNING, "XSKY unet3d", 8, TRUE, "it identifies the set of results collected from one configuration of the "
+                                               "system-under-test (the four leaves with metadata record XSKY_AIMesh_3StorageNode_8Client; "
+                                               "every leaf's hydra.yaml run.dir says results/AIMesh/)"),
     # UBIX llama3-8b
     ("2.1.6", INVALID, "UBIX llama3-8b", 1, ARTEFACT, A_POINTER),
     ("2.1.22", INVALID, "UBIX llama3-8b", 1, ARTEFACT, "llama3-8b/results.json"),

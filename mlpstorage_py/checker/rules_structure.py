@@ -38,6 +38,9 @@ MANIFEST = "submission.yaml"
 # that set an unlisted one could not declare it).
 STORAGE_BACKEND_PREFIXES = tuple(tables.storage_env()["backend_prefixes"])
 FORWARDED = re.compile(r"(?:^|\s)-x\s+([A-Za-z_][A-Za-z0-9_]*)")
+# 2.1.4/2.1.8: Hydra's run.dir, at the head of the dlio_config/hydra.yaml every DLIO run writes.
+HYDRA_RUN_DIR = re.compile(r"^\s*run:\s*\n\s+dir:[ \t]*(\S[^\n]*?)\s*$", re.M)
+HYDRA_HEAD = 4096
 # 2.1.9: the same client host measured in two runs may differ by rounding, not by a part.
 MEMORY_TOLERANCE = 0.01
 
@@ -307,34 +310,47 @@ def results_systems(pkg: Package) -> Iterable[Finding]:
             yield finding("2.1.8", WARNING, leaf, message)
 
 
+def _written_under(path: Any, leaf: Leaf) -> tuple[str, str] | None:
+    """(org, system) of the <division>/<org>/results/<system>/ part of a path a run was written to."""
+    parts = Path(path).parts if isinstance(path, str) else ()
+    for i in range(len(parts) - 4, -1, -1):
+        if parts[i] == leaf.division and parts[i + 2] == "results":
+            return parts[i + 1], parts[i + 3]
+    return None
+
+
+def _recorded_names(leaf: Leaf, rec: LeafRecord) -> tuple[dict[str, str], dict[str, str]]:
+    """({source: org}, {source: system}) the run recorded: its metadata's args.systemname and
+    result_dir, and Hydra's run.dir in dlio_config/hydra.yaml, which the reference writes for
+    every DLIO run, so a leaf published without its metadata still says where it was written."""
+    orgs: dict[str, str] = {}
+    systems: dict[str, str] = {}
+    args = dig(rec.meta, "args")
+    for key in ("systemname", "system_name"):
+        if isinstance(args, dict) and isinstance(args.get(key), str) and args[key].strip():
+            systems[f"args.{key}"] = args[key].strip()
+            break
+    head, _ = read_text(leaf.path / "dlio_config" / "hydra.yaml", limit=HYDRA_HEAD) \
+        if real_dir(leaf.path / "dlio_config") else (None, None)
+    run_dir = HYDRA_RUN_DIR.search(head or "")
+    for source, path in (("result_dir", dig(rec.meta, "result_dir")),
+                         ("dlio_config/hydra.yaml run.dir", run_dir.group(1).strip("'\"") if run_dir else None)):
+        named = _written_under(path, leaf)
+        if named:
+            orgs[source], systems[source] = named
+    return orgs, systems
+
+
 def recorded_filing(pkg: Package) -> list[tuple[str, Path, str]]:
-    """(rule, leaf, message) for every leaf whose metadata records another submitter or system
-    than the directories it is filed under: args.systemname, and the <division>/<org>/results/
-    <system>/ part of the result_dir mlpstorage wrote it to. Computed once per validation."""
+    """(rule, leaf, message) for every leaf whose records name another submitter or system than
+    the directories it is filed under (_recorded_names). Computed once per validation."""
     cache = vars(pkg)
     if "_filing" in cache:
         return cache["_filing"]
     found: list[tuple[str, Path, str]] = []
     for leaf in pkg.leaves:
         rec = record(pkg, leaf.path)
-        meta = rec.meta
-        if meta is None:
-            continue
-        systems: dict[str, str] = {}
-        orgs: dict[str, str] = {}
-        args = dig(meta, "args") or {}
-        for key in ("systemname", "system_name"):
-            if isinstance(args, dict) and isinstance(args.get(key), str) and args[key].strip():
-                systems[f"args.{key}"] = args[key].strip()
-                break
-        result_dir = meta.get("result_dir")
-        if isinstance(result_dir, str):
-            parts = Path(result_dir).parts
-            for i in range(len(parts) - 3, -1, -1):
-                if parts[i] == leaf.division and parts[i + 2] == "results":
-                    orgs["result_dir"] = parts[i + 1]
-                    systems["result_dir"] = parts[i + 3]
-                    break
+        orgs, systems = _recorded_names(leaf, rec)
         wrong_org = {k: v for k, v in orgs.items() if v != leaf.org}
         if wrong_org:
             shown = ", ".join(f"{v!r} ({k})" for k, v in wrong_org.items())

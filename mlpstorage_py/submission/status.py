@@ -9,6 +9,8 @@ the checker's INVALID and WARNING counts for the result, the system paperwork st
   invalid    the checker finds the result INVALID
   paperwork  the system description is missing or lacks the fields the rules require
   ready      nothing left to do
+A KV cache run whose summary records a partial failure (rank results lost, a trial that failed)
+is listed under its result with the counts, as checker.kv_failures reads them for 6.3.4.1.
 Findings about the rollup tables reportgen writes (results.json and the like) count as the
 checker reports them: run `mlpstorage reports reportgen` (submit does) to refresh them first.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import checker
+from mlpstorage_py.checker.kv_failures import partial_failure
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results, tree_root
@@ -42,6 +45,16 @@ def _paperwork(pkg: Package, result: Result, findings: list[Finding]) -> list[st
     if left:
         found.append(f"{result.system}.yaml: {len(left)} FILL IN placeholder(s) left (first: {left[0]})")
     return sorted(set(found))
+
+
+def _partial_failures(result: Result) -> list[str]:
+    """'<run>: <counts>' for each KV cache run whose summary records what its aggregation lost."""
+    found = []
+    for leaf, _, _ in result.runs if result.benchmark == "kv_cache" else ():
+        lost = partial_failure(leaf.summary)
+        if lost is not None:
+            found.append(f"{leaf.path.name}: {lost.text()}")
+    return found
 
 
 def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
@@ -69,6 +82,7 @@ def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
             "result": result.workload.relative_to(pkg.root).as_posix(),
             "runs_present": result.present, "runs_required": result.required,
             "invalid": invalid, "warnings": warnings, "paperwork": paperwork, "verdict": verdict,
+            "partial_failures": _partial_failures(result),
             "leaves": [{"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why}
                        for leaf, state, why in result.leaves],
         })
@@ -88,6 +102,8 @@ def text(table: list[dict[str, Any]], runs: bool) -> str:
             if (r["system"], item) not in said:
                 said.add((r["system"], item))
                 out.append(f"paperwork {r['division']}/{r['organization']}/systems/{r['system']}: {item}")
+    for r in table:
+        out.extend(f"partial failure {r['result']}/{item}" for item in r["partial_failures"])
     for r in table if runs else ():
         out.append(f"{r['result']}:")
         out.extend(f"  {leaf['state']:<10} {leaf['phase']:<9} {leaf['id'].rsplit('/', 1)[-1]}  {leaf['detail']}"
