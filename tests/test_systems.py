@@ -6,19 +6,23 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from conftest import DATASIZE, workload_leaves
-from synthetic import edit_json, fresh  # noqa: F401 (fixture)
+from synthetic import edit_json, fresh, system_description  # noqa: F401 (fixture)
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results.host import meminfo_bytes
+from mlpstorage_py.checker.system_schema import check
+from mlpstorage_py.rules.tables import system_description as schema_table
+from mlpstorage_py.systems import host_sidecar
 from mlpstorage_py.systems.describe import unfilled
-from mlpstorage_py.systems.profile import networking
+from mlpstorage_py.systems.profile import KERNEL_SYSCTL, networking
 
 FILLED = {"friendly_description": "Acme shared filesystem 2.0",
           "architecture": {"storage_location": "remote", "product_API": "file", "client_footprint": "open_source",
@@ -26,10 +30,16 @@ FILLED = {"friendly_description": "Acme shared filesystem 2.0",
           "capabilities": {"multi_host": True, "simultaneous_write": True, "simultaneous_read": True,
                            "remap_time_in_seconds": 0},
           "usable_capacity_tib": 100, "availability": "available"}
+# What a submitter gives where the hosts could not say (a drive's interface, media, ...).
+DRIVE_FILL = {"vendor_name": "Example", "model_name": "Example disk", "interface": "other", "media_type": "other"}
+
+
+def _filled(value: Any, default: Any) -> Any:
+    return default if value is None or (isinstance(value, str) and "FILL IN" in value) else value
 
 
 def fill_in(path: Path) -> None:
-    """What a submitter does: replace every placeholder with the real value."""
+    """What a submitter does: replace every placeholder with the real value (onprem, remote storage)."""
     doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     sut = doc["system_under_test"]
     for key, value in FILLED.items():
@@ -38,12 +48,21 @@ def fill_in(path: Path) -> None:
         else:
             sut["solution"][key] = value
     sut["deployment"] = "onprem"
-    sut["product_nodes"] = [{"friendly_description": "storage node", "quantity": 2,
-                             "chassis": {"model_name": "generic", "rack_units": 1}}]
+    reference = system_description("sys1")["system_under_test"]
+    sut["product_nodes"], sut["total_rack_units"] = reference["product_nodes"], reference["total_rack_units"]
+    power = reference["clients"][0]["chassis"]["power"]
     for client in sut["clients"]:
-        client["chassis"]["model_name"] = "generic"
+        client["chassis"].update(model_name="generic", rack_units=1, power=power)
         for nic in client["networking"]:
-            nic["traffic"] = ["data"]
+            nic.update(unit_count=_filled(nic["unit_count"], 1), type=_filled(nic["type"], "other"),
+                       state=_filled(nic["state"], "up"))
+            if nic["state"] == "up":
+                nic.update(speed=_filled(nic.get("speed"), 10), traffic=["data"])
+        for drive in client.get("drives", []):
+            drive.update({k: _filled(drive[k], v) for k, v in DRIVE_FILL.items()},
+                         capacity_in_GB=_filled(drive["capacity_in_GB"], 1))
+        for key in ("name", "version"):
+            client["operating_system"][key] = _filled(client["operating_system"][key], "Linux")
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     assert unfilled(path.read_text(encoding="utf-8")) == []
 
@@ -58,10 +77,34 @@ def test_describe_from_a_real_run_never_overwrites(cli, results):
     (record,) = json.loads(next(workload_leaves(results)[0].glob("*_metadata.json")).read_text())["client_hosts"]
     assert client["quantity"] == 1
     assert client["chassis"]["memory_capacity"] == round(meminfo_bytes() / 2 ** 30)
-    assert client["chassis"]["cpu_model"] == record["cpu_model"] and client["operating_system"]["kernel"] == record["kernel"]
+    assert client["chassis"]["cpu_model"] == record["cpu_model"]
+    # the schema's names and nesting: the kernel as a sysctl, no driver/interfaces on a NIC, schema drive groups
+    assert {"name": KERNEL_SYSCTL, "value": record["kernel"]} in client["sysctl"]
+    assert set(client["operating_system"]) == {"name", "version"}
+    assert all(set(nic) <= {"unit_count", "type", "state", "speed", "traffic"} for nic in client["networking"])
+    if record["drives"]:
+        assert sum(d["unit_count"] for d in client["drives"]) == len(record["drives"])
+        assert all(set(d) == {"unit_count", "vendor_name", "model_name", "interface", "media_type", "capacity_in_GB"}
+                   for d in client["drives"])
+    (node,) = yaml.safe_load(text)["system_under_test"]["product_nodes"]
+    assert {"cpu_model", "cpu_qty", "cpu_cores", "memory_capacity", "rack_units", "power"} <= set(node["chassis"])
+    assert set(node["operating_system"]) == {"name", "version"}
+    # the devices and queue settings the schema has no field for are in the sidecar, as recorded
+    sidecar = host_sidecar.parse(host_sidecar.path_for(path).read_text(encoding="utf-8"))
+    assert sidecar == {record["hostname"]: {"drives": record["drives"]}}
+    assert f"wrote {host_sidecar.path_for(path).name}" in res.out
     # what only the submitter knows is marked, typed values as null with a comment
     assert re.search(r"simultaneous_write: null  # FILL IN", text)
     assert len(unfilled(text)) >= 10 and f"{len(unfilled(text))} FILL IN" in res.out
+    # no hint offers a value the schema rejects (hyperconverged, in_box as a footprint)
+    blocks = schema_table()["blocks"]
+    for field, block in (("storage_location", "architecture"), ("client_footprint", "architecture"),
+                         ("client_installation", "architecture"), ("availability", "solution"), ("deployment", "system_under_test")):
+        (hint,) = re.findall(rf"^\s*{field}: 'FILL IN: (.*)'$", text, re.MULTILINE)
+        assert hint.split(" | ") == blocks[block]["fields"][field]["values"], field
+    # unfilled, it is one 2.1.7 finding naming the fields to fill, never a shape error of describe's own
+    shape = check(yaml.safe_load(text))
+    assert shape.problems == [] and len(shape.unfilled) >= 10
     again = cli("systems", "describe", "sys1", "-rd", results)
     assert again.rc == 5 and "--force" in again.err and path.read_text(encoding="utf-8") == text
     assert cli("systems", "describe", "sys1", "-rd", results, "--force").rc == 0
@@ -182,31 +225,72 @@ def test_described_configuration_and_its_drift(cli, fresh, monkeypatch):
     (client,) = doc["system_under_test"]["clients"]
     assert {"name": "OMP_NUM_THREADS", "value": "3"} in client["environment"]
     assert {"name": "vm.dirty_ratio", "value": record["sysctl"]["vm.dirty_ratio"]} in client["sysctl"]
-    assert client["drives"] == record["drives"]
+    sidecar_path = host_sidecar.path_for(path)
+    sidecar_text = sidecar_path.read_text(encoding="utf-8")
+    assert host_sidecar.parse(sidecar_text)[record["hostname"]]["drives"] == record["drives"]
     _, findings = checker.validate(root)
-    assert findings == []
+    assert findings == []  # the sidecar is Markdown, which 2.1.7 permits
 
     for entry in client["sysctl"]:
         if entry["name"] == "vm.dirty_ratio":
             entry["value"] = str(int(entry["value"]) + 1)
+        if entry["name"] == KERNEL_SYSCTL:
+            entry["value"] = "1.0.0-other"
     client["environment"] = [{"name": "OMP_NUM_THREADS", "value": "8"}, {"name": "UCX_TLS", "value": "rc"}]
-    client["drives"] = [{**d, "scheduler": "kyber"} for d in client["drives"]] + [{"name": "nvme9n1", "model": "X"}]
+    client["drives"] = [{"unit_count": 2, "vendor_name": "V", "model_name": "Other SSD 9000", "interface": "nvme",
+                         "media_type": "TLC", "capacity_in_GB": 960}]
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    devices = [{**d, "scheduler": "kyber"} for d in record["drives"]] + [{"name": "nvme9n1", "model": "X"}]
+    edit_sidecar(sidecar_path, record["hostname"], devices)
     _, findings = checker.validate(root)
     assert findings and {(f.rule, f.severity) for f in findings} == {("2.1.9", "WARNING")}
     message = findings[0].message
-    assert "sysctl vm.dirty_ratio" in message
+    assert f"systems/sys1.yaml and {sidecar_path.name}" in message
+    assert "sysctl vm.dirty_ratio" in message and "kernel" in message and "(described '1.0.0-other')" in message
     assert "environment OMP_NUM_THREADS '3' (described '8')" in message
     assert "environment UCX_TLS 'unset' (described 'rc')" in message
     assert "drive nvme9n1 described but not recorded" in message
+    if sum(1 for d in record["drives"] if not d.get("model")) < 2:  # fewer unreported models than described drives
+        assert "drives of model 'Other SSD 9000': 0 recorded (described 2)" in message
     if record["drives"]:
         assert f"drive {record['drives'][0]['name']} scheduler" in message
-    # a description written before the survey read these (no sysctl/environment/drives) compares none of them
+    # a description written before the survey read these (no sysctl/environment/drives, no sidecar) compares none
     for key in ("sysctl", "environment", "drives"):
         client.pop(key)
     path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    sidecar_path.unlink()
     _, findings = checker.validate(root)
     assert findings == []
+
+
+def edit_sidecar(path: Path, hostname: str, devices: list[dict]) -> None:
+    """Rewrite a sidecar's one host entry, as someone correcting it by hand would."""
+    text = path.read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    data = yaml.safe_load(block.group(1))
+    data["hosts"][hostname]["drives"] = devices
+    path.write_text(text[:block.start(1)] + yaml.safe_dump(data, sort_keys=False) + text[block.end(1):], encoding="utf-8")
+
+
+def test_drive_groups_and_sidecar_devices_drift():
+    """A described drive group is on the host unit_count times (boot drives may be left out);
+    the sidecar's devices are the host's whole set, matched by hostname, else the closest entry."""
+    from mlpstorage_py.systems.profile import differences
+
+    disk = {"name": "nvme0n1", "model": "Acme NVMe 3.84TB", "vendor": None, "size_gib": 3576.3, "rotational": False,
+            "scheduler": "none", "read_ahead_kb": 128, "nr_requests": 1023}
+    boot = {**disk, "name": "sda", "model": "Boot SSD", "scheduler": "mq-deadline"}
+    record = {"hostname": "h1", "drives": [disk, {**disk, "name": "nvme1n1"}, boot]}
+    group = {"unit_count": 2, "vendor_name": "Acme", "model_name": "acme  nvme 3.84TB", "interface": "nvme",
+             "media_type": "TLC", "capacity_in_GB": 3840}
+    assert differences(record, {"drives": [group]}) == []  # the boot drive left out; model matched ignoring case/blanks
+    assert differences(record, {"drives": [{**group, "unit_count": "3"}]}) == [
+        "drives of model 'acme  nvme 3.84TB': 2 recorded (described 3)"]
+    unreported = {"hostname": "h1", "drives": [disk, {**disk, "name": "nvme1n1", "model": None}]}
+    assert differences(unreported, {"drives": [group]}) == []  # the unreported model may be the second
+    sidecar = {"drives": [disk, {**disk, "name": "nvme1n1"}, {**boot, "scheduler": "kyber"}]}
+    assert differences(record, {}, sidecar) == ["drive sda scheduler 'mq-deadline' (described 'kyber')"]
+    assert differences(record, {}, {"drives": [disk]}) == ["drive nvme1n1 not described", "drive sda not described"]
 
 
 @pytest.mark.parametrize("solution", [True, ["a"], {"architecture": 3, "capabilities": "yes"}])

@@ -20,7 +20,7 @@ from mlpstorage_py.rules.tables import system_description as table
 from mlpstorage_py.systems.profile import PLACEHOLDER
 
 CAPABILITIES = "system_under_test.solution.capabilities"
-# How many placeholder paths one finding names before it counts the rest.
+# How many unfilled fields one finding names before it counts the rest.
 SHOWN = 5
 
 
@@ -37,16 +37,24 @@ def _join(path: str, key: Any) -> str:
 
 
 class Shape:
-    """One description's problems ("path: what is wrong") and the fields still a placeholder."""
+    """One description's problems ("path what is wrong") and the fields not filled in: a FILL IN
+    placeholder, or a field given as null (where describe writes `null  # FILL IN: ...`)."""
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
         self.blocks = table()["blocks"]
         self.skip = skip
         self.problems: list[str] = []
-        self.placeholders: list[str] = []
+        self.unfilled: list[str] = []
 
     def add(self, path: str, message: str) -> None:
         self.problems.append(f"{path} {message}")
+
+    def need(self, mapping: dict[str, Any], key: str, path: str, why: str) -> None:
+        """A field a rule across fields requires: absent (or an empty list) is a problem, null is unfilled."""
+        if key not in mapping or mapping[key] == []:
+            self.add(_join(path, key), f"is required {why}")
+        elif mapping[key] is None and _join(path, key) not in self.unfilled:
+            self.unfilled.append(_join(path, key))
 
     def block(self, value: Any, name: str, path: str) -> None:
         if path in self.skip:
@@ -67,11 +75,13 @@ class Shape:
 
     def field(self, value: Any, spec: dict[str, Any], path: str, present: bool = True) -> None:
         if value is None:
-            if not spec.get("optional"):
-                self.add(path, "is required" if not present else "is required, and is empty (null)")
+            if not present and not spec.get("optional"):
+                self.add(path, "is required")
+            elif not spec.get("optional"):
+                self.unfilled.append(path)
             return
         if isinstance(value, str) and PLACEHOLDER in value:
-            self.placeholders.append(path)
+            self.unfilled.append(path)
             return
         kind = spec["type"]
         if kind == "block":
@@ -126,8 +136,7 @@ class Shape:
         """A port that is up states its speed and what traffic it carries."""
         if str(port.get("state")).casefold() == "up":
             for key in ("speed", "traffic"):
-                if port.get(key) is None or port.get(key) == []:
-                    self.add(_join(path, key), "is required when state is 'up'")
+                self.need(port, key, path, "when state is 'up'")
 
     def _architecture_rule(self, arch: dict[str, Any], path: str) -> None:
         """The reference's rule 14: client_footprint and client_installation are both n/a or neither."""
@@ -143,31 +152,29 @@ class Shape:
         deployment = str(sut.get("deployment")).casefold()
         groups = {key: [n for n in sut.get(key) or [] if isinstance(n, dict)] if isinstance(sut.get(key), list) else []
                   for key in ("product_nodes", "clients", "product_switches")}
+        unitemized = deployment == "onprem" and location in cross["remote_locations"] and not groups["product_nodes"]
         if deployment == "onprem":
             self._onprem(sut, groups, path, location in cross["remote_locations"], location)
         elif deployment == "cloud":
             self._cloud(sut, groups, path)
-        self._rack_units(sut, groups, path)
+        if not unitemized:  # the missing product_nodes is the root cause, not the rack-unit arithmetic
+            self._rack_units(sut, groups, path)
         if location in cross["remote_locations"]:
             for key in ("product_nodes", "clients"):
                 for i, node in enumerate(groups[key]):
-                    if not node.get("networking"):
-                        self.add(f"{path}.{key}[{i}].networking", f"is required when storage_location is {location!r}")
+                    self.need(node, "networking", f"{path}.{key}[{i}]", f"when storage_location is {location!r}")
         if location in cross["local_locations"] and groups["product_switches"]:
             self.add(f"{path}.product_switches", f"must be absent when storage_location is {location!r}")
 
     def _onprem(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str, remote: bool, location: str | None) -> None:
         for key in ("product_nodes", "clients"):
             for i, node in enumerate(groups[key]):
-                chassis = node.get("chassis") if isinstance(node.get("chassis"), dict) else {}
-                for field in ("rack_units", "power"):
-                    if chassis.get(field) is None:
-                        self.add(f"{path}.{key}[{i}].chassis.{field}", "is required for an onprem deployment")
+                if isinstance(node.get("chassis"), dict):
+                    for field in ("rack_units", "power"):
+                        self.need(node["chassis"], field, f"{path}.{key}[{i}].chassis", "for an onprem deployment")
         for i, switch in enumerate(groups["product_switches"]):
-            if switch.get("power") is None:
-                self.add(f"{path}.product_switches[{i}].power", "is required for an onprem deployment")
-        if sut.get("total_rack_units") is None:
-            self.add(f"{path}.total_rack_units", "is required for an onprem deployment")
+            self.need(switch, "power", f"{path}.product_switches[{i}]", "for an onprem deployment")
+        self.need(sut, "total_rack_units", path, "for an onprem deployment")
         if remote and not groups["product_nodes"]:
             self.add(f"{path}.product_nodes", f"is required for an onprem deployment when storage_location is {location!r}: "
                                               "the storage hardware and its power supplies must be itemized (the results "
@@ -210,8 +217,8 @@ def check(doc: Any, skip: frozenset[str] = frozenset()) -> Shape:
 
 
 def description_shape(path: Path) -> Iterator[Finding]:
-    """2.1.7 WARNINGs for one parsed systems/<system>.yaml: a problem each, and one for the
-    placeholders left. The capabilities of a system with checkpointing results are 4.7.3's and 4.7.4's."""
+    """2.1.7 WARNINGs for one parsed systems/<system>.yaml: a problem each, and one for the fields
+    not filled in. The capabilities of a system with checkpointing results are 4.7.3's and 4.7.4's."""
     doc, problem = load_yaml(path)
     if problem is not None:
         return
@@ -219,7 +226,8 @@ def description_shape(path: Path) -> Iterator[Finding]:
     shape = check(doc, frozenset({CAPABILITIES}) if checkpointing else frozenset())
     for message in shape.problems:
         yield finding("2.1.7", WARNING, path, f"system description: {message}")
-    if shape.placeholders:
-        more = len(shape.placeholders) - SHOWN
-        yield finding("2.1.7", WARNING, path, f"system description: {len(shape.placeholders)} {PLACEHOLDER} placeholder(s) "
-                                              f"left: {', '.join(shape.placeholders[:SHOWN])}{f' and {more} more' if more > 0 else ''}")
+    if shape.unfilled:
+        more = len(shape.unfilled) - SHOWN
+        yield finding("2.1.7", WARNING, path, f"system description: {len(shape.unfilled)} field(s) not filled in "
+                                              f"({PLACEHOLDER} or null): {', '.join(shape.unfilled[:SHOWN])}"
+                                              f"{f' and {more} more' if more > 0 else ''}")

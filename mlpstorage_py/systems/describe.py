@@ -1,7 +1,10 @@
-"""`mlpstorage systems describe <system>`: systems/<system>.yaml from the host records the runs
-of that system collected, with every field the rules and reportgen read, and a marked
-placeholder (FILL IN) for what only the submitter knows: the storage solution, its
-architecture and its capabilities (Rules 4.7.3, 4.7.4). Never overwrites without --force."""
+"""`mlpstorage systems describe <system>`: systems/<system>.yaml in the published description
+schema (rules/system_description.yaml: the fields, nesting and values of the v3.0 descriptions)
+from the host records the runs of that system collected, with a marked placeholder (FILL IN)
+for what only the submitter knows: the storage solution, its architecture and capabilities
+(Rules 4.7.3, 4.7.4), its nodes and power. Beside it, <system>.hosts.md holds each host's
+devices and queue settings, which the schema has no field for (host_sidecar). Never
+overwrites without --force."""
 
 from __future__ import annotations
 
@@ -19,7 +22,18 @@ from mlpstorage_py.errors import ConfigurationError, NotFoundError
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.leaf import check_name
 from mlpstorage_py.results.sentinel import resolve_results_dir
-from mlpstorage_py.systems.profile import PLACEHOLDER, client_profile, host_records
+from mlpstorage_py.rules.tables import system_description
+from mlpstorage_py.systems import host_sidecar
+from mlpstorage_py.systems.profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
+
+ONPREM_ONLY = "onprem only: delete it for a cloud deployment"
+HEADER = """\
+# systems/{system}.yaml: written by `mlpstorage systems describe` from the host records of {runs} run(s),
+# in the published description schema. Replace every {mark} value; the client facts must stay what the
+# runs recorded (Rules 2.1.9). Delete what does not apply: every rack_units, power and total_rack_units
+# for a cloud deployment; product_nodes for storage inside the client nodes; a client's boot drives.
+# {sidecar} beside it lists each host's devices and queue settings (validate compares them too).
+"""
 
 
 class Blank:
@@ -34,53 +48,118 @@ def fill(hint: str) -> str:
     return f"{PLACEHOLDER}: {hint}"
 
 
+def choices(block: str, field: str) -> str:
+    """The values the schema allows for a field (or a list's entries), as a hint offers them."""
+    spec = system_description()["blocks"][block]["fields"][field]
+    return " | ".join(map(str, (spec["of"] if spec["type"] == "list" else spec)["values"]))
+
+
 def _solution(system: str, api: str) -> dict[str, Any]:
     solution: dict[str, Any] = {
         "submission_name": system,
         "friendly_description": fill("the storage solution: product, version, how the clients reach it"),
-        "architecture": {"storage_location": fill("local | remote | hyperconverged"),
+        "architecture": {"storage_location": fill(choices("architecture", "storage_location")),
                          "benchmark_API": api,
-                         "product_API": fill("file | object | block: the storage product's native API"),
-                         "client_footprint": fill("closed_source | open_source | in_box"),
-                         "client_installation": fill("installable | in_box")},
+                         "product_API": fill(f"{choices('architecture', 'product_API')}: the storage product's native API"),
+                         "client_footprint": fill(choices("architecture", "client_footprint")),
+                         "client_installation": fill(choices("architecture", "client_installation"))},
         "capabilities": {"multi_host": Blank("true | false: false for storage local to one client host (Rules 4.7.4)"),
                          "simultaneous_write": Blank("true | false: several hosts write at once (Rules 4.7.4)"),
                          "simultaneous_read": Blank("true | false: several hosts read at once (Rules 4.7.4)"),
                          "remap_time_in_seconds": Blank("seconds from a checkpoint written to readable by another "
                                                         "host; 0 when both simultaneous_* are true (Rules 4.7.3)")},
-        "usable_capacity_tib": Blank("usable capacity in TiB"),
-        "availability": fill("available | preview | rdi"),
+        "usable_capacity_tib": Blank("usable capacity in TiB, at least 1 (a fraction as measured)"),
+        "availability": fill(choices("solution", "availability")),
     }
     if api == "object":
         solution["storage_backend"] = fill("the object store the runs used (Rules 5.5.1)")
     return solution
 
 
-def _client(profile: dict[str, Any], record: dict[str, Any], quantity: int) -> dict[str, Any]:
-    nics = [{**{k: v for k, v in n.items() if k != "driver" or v}, "traffic": [fill("data | management")]}
-            for n in profile["networking"]]
-    return {"friendly_description": f"benchmark client host ({profile['cpu_model'] or 'unknown CPU'}, "
-                                    f"{profile['memory_capacity'] or '?'} GiB)",
-            "quantity": quantity,
-            "chassis": {"model_name": fill("the client's server model"), "cpu_model": profile["cpu_model"],
-                        "cpu_qty": profile["cpu_qty"], "cpu_cores": profile["cpu_cores"],
-                        "memory_capacity": profile["memory_capacity"]},
-            "networking": nics or [{"type": fill("ethernet | infiniband"), "unit_count": Blank("NICs"),
-                                    "speed": Blank("Gb/s"), "state": "up", "traffic": [fill("data")]}],
-            "operating_system": {"name": profile["os_name"] or record.get("os"), "version": profile["os_version"],
-                                 "kernel": profile["kernel"]},
-            **_configuration(profile)}
+def _power() -> dict[str, Any]:
+    return {"min_psus_active": Blank(f"PSUs the chassis needs running ({ONPREM_ONLY})"),
+            "psus_configured": [{"unit_count": Blank("PSUs like this"), "inlet_voltage": Blank("AC input volts"),
+                                 "nameplate_power_watts": Blank("nameplate input watts of one PSU"),
+                                 "efficiency": fill(choices("power_supply", "efficiency"))}]}
 
 
-def _configuration(profile: dict[str, Any]) -> dict[str, Any]:
-    """The tunables, environment and drives the hosts recorded (runs of older versions recorded none)."""
-    found: dict[str, Any] = {}
-    for field in ("sysctl", "environment"):
-        if profile[field] is not None:
-            found[field] = [{"name": k, "value": v} for k, v in profile[field].items()]
-    if profile["drives"] is not None:
-        found["drives"] = profile["drives"]
-    return found
+def _port(nic: dict[str, Any]) -> dict[str, Any]:
+    """One networking[] entry; a port that is up states its speed and traffic (the schema's rule)."""
+    port = {"unit_count": nic["unit_count"], "type": nic["type"] or fill(choices("network_port", "type")),
+            "state": nic["state"] or fill(choices("network_port", "state"))}
+    if nic["state"] != "down":
+        port["speed"] = nic["speed"] if nic["speed"] is not None else Blank("whole Gb/s")
+        port["traffic"] = [fill(choices("network_port", "traffic"))]
+    return port
+
+
+def _template_port() -> dict[str, Any]:
+    return _port({"unit_count": Blank("ports like this"), "type": None, "state": "up", "speed": None})
+
+
+def _drives(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The host's block devices as the schema's drive groups: one per vendor, model, interface,
+    media and base-10 capacity, with its unit_count. An NVMe name says its interface, a rotational
+    device is an HDD; the rest is the submitter's to say."""
+    groups: dict[str, dict[str, Any]] = {}
+    for device in devices:
+        size = device.get("size_gib")
+        media = {True: "HDD", False: fill("TLC | QLC | other: the NAND cell type")}.get(device.get("rotational"))
+        drive = {"unit_count": 0, "vendor_name": device.get("vendor") or fill("the drive's vendor"),
+                 "model_name": device.get("model") or fill("the drive's model"),
+                 "interface": "nvme" if str(device.get("name")).startswith("nvme") else fill("SAS | SATA | other"),
+                 "media_type": media or fill(choices("drive", "media_type")),
+                 "capacity_in_GB": round(size * 2 ** 30 / 1e9) if isinstance(size, (int, float)) and size > 0
+                 else Blank("base-10 GB of one drive")}
+        key = json.dumps({k: v for k, v in drive.items() if k != "unit_count"}, sort_keys=True, default=lambda b: b.hint)
+        groups.setdefault(key, drive)["unit_count"] += 1
+    return list(groups.values())
+
+
+def _client(profile: dict[str, Any]) -> dict[str, Any]:
+    """One clients[] entry (quantity 1) in the schema's order, from one host's profile."""
+    sysctl = {**(profile["sysctl"] or {}), **({KERNEL_SYSCTL: profile["kernel"]} if profile["kernel"] else {})}
+    client: dict[str, Any] = {
+        "friendly_description": f"benchmark client host ({profile['cpu_model'] or 'unknown CPU'}, "
+                                f"{profile['memory_capacity'] or '?'} GiB)",
+        "quantity": 1,
+        "chassis": {"model_name": fill("the client's server model (or cloud instance type)"),
+                    "rack_units": Blank(f"rack units of one client ({ONPREM_ONLY})"),
+                    "cpu_model": profile["cpu_model"] or fill("the CPU model"),
+                    "cpu_qty": profile["cpu_qty"] or Blank("CPU sockets"),
+                    "cpu_cores": profile["cpu_cores"] or Blank("physical cores across all sockets"),
+                    "memory_capacity": profile["memory_capacity"] or Blank("memory in GiB"),
+                    "power": _power()},
+        "networking": [_port(n) for n in profile["networking"]] or [_template_port()]}
+    if profile["drives"]:
+        client["drives"] = _drives(profile["drives"])
+    client["operating_system"] = {"name": profile["os_name"] or fill("the OS name"),
+                                  "version": profile["os_version"] or fill("the OS version")}
+    for field, values in (("environment", profile["environment"]), ("sysctl", sysctl)):
+        if values:
+            client[field] = [{"name": k, "value": v} for k, v in values.items()]
+    return client
+
+
+def _product_node() -> dict[str, Any]:
+    """The storage nodes' placeholder: only the submitter knows the solution's hardware."""
+    return {"friendly_description": fill("a group of identical storage nodes of the solution"),
+            "quantity": Blank("nodes like this"),
+            "chassis": {"model_name": fill("the node's model (or cloud instance type)"),
+                        "rack_units": Blank(f"rack units of one node ({ONPREM_ONLY})"),
+                        "cpu_model": fill("the node's CPU model"), "cpu_qty": Blank("CPU sockets"),
+                        "cpu_cores": Blank("physical cores across all sockets"), "memory_capacity": Blank("memory in GiB"),
+                        "power": _power()},
+            "networking": [_template_port()],
+            "drives": [{"unit_count": Blank("drives like this"), "vendor_name": fill("the drive's vendor"),
+                        "model_name": fill("the drive's model"), "interface": fill(choices("drive", "interface")),
+                        "media_type": fill(choices("drive", "media_type")),
+                        "capacity_in_GB": Blank("base-10 GB of one drive")}],
+            "operating_system": {"name": fill("the OS or firmware the node runs"), "version": fill("its version")}}
+
+
+def _key(client: dict[str, Any]) -> str:
+    return json.dumps(client, sort_keys=True, default=lambda b: b.hint)
 
 
 def gather(pkg: Package, system: str, division: str | None) -> dict[tuple[str, str], list[Leaf]]:
@@ -92,9 +171,9 @@ def gather(pkg: Package, system: str, division: str | None) -> dict[tuple[str, s
     return found
 
 
-def document(system: str, leaves: list[Leaf]) -> tuple[dict[str, Any], list[str]]:
-    """The description of the hosts these runs recorded (the newest record of each host), and
-    notes on hosts whose facts changed between runs (Rules 2.1.9 puts those under a new name)."""
+def newest_records(leaves: list[Leaf]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The newest record of each host these runs recorded, and notes on hosts whose facts changed
+    between runs (Rules 2.1.9 puts those under a new name)."""
     newest: dict[tuple[str, str], tuple[Leaf, dict[str, Any]]] = {}
     notes = []
     for leaf in leaves:
@@ -104,22 +183,23 @@ def document(system: str, leaves: list[Leaf]) -> tuple[dict[str, Any], list[str]
                 notes.append(f"host {key[1]} changed between {newest[key][0].path.name} and {leaf.path.name}; "
                              "the description states the newer facts")
             newest[key] = (leaf, record)
-    records = [record for _, record in newest.values()]
-    groups = itertools.groupby(sorted(records, key=lambda r: json.dumps(client_profile(r), sort_keys=True)),
-                               key=lambda r: json.dumps(client_profile(r), sort_keys=True))
+    return [record for _, record in newest.values()], notes
+
+
+def document(system: str, leaves: list[Leaf], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The description of these hosts: identical clients as one entry with their quantity."""
     clients = []
-    for _, same in groups:
+    for _, same in itertools.groupby(sorted((_client(client_profile(r)) for r in records), key=_key), key=_key):
         same = list(same)
-        clients.append(_client(client_profile(same[0]), same[0], len(same)))
+        clients.append({**same[0], "quantity": len(same)})
     apis = {str((leaf.metadata or {}).get("storage") or "file") for leaf in leaves}
     api = apis.pop() if len(apis) == 1 else fill("file | object (the runs used both)")
-    sut = {"solution": _solution(system, api),
-           "deployment": fill("onprem | cloud"),
-           "product_nodes": [{"friendly_description": fill("a storage node of the solution"),
-                              "quantity": Blank("how many such nodes"),
-                              "chassis": {"model_name": fill("the node's model"), "rack_units": Blank("rack units each")}}],
-           "clients": clients}
-    return {"system_under_test": sut}, notes
+    return {"system_under_test": {
+        "solution": _solution(system, api),
+        "deployment": fill(choices("system_under_test", "deployment")),
+        "product_nodes": [_product_node()],
+        "total_rack_units": Blank(f"rack units of product_nodes and product_switches, clients excluded ({ONPREM_ONLY})"),
+        "clients": clients}}
 
 
 def render(doc: dict[str, Any], header: str) -> str:
@@ -134,6 +214,7 @@ def render(doc: dict[str, Any], header: str) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", f"BLANK{len(hints) - 1}X")
 
     Dumper.add_representer(Blank, blank)
+    Dumper.ignore_aliases = lambda self, data: True  # every template block written out in full
     text = yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=120)
     text = re.sub(r"BLANK(\d+)X", lambda m: f"null  # {PLACEHOLDER}: {hints[int(m.group(1))]}", text)
     return header + text
@@ -159,7 +240,7 @@ def write(path: Path, text: str, force: bool) -> None:
 
 
 def command(args: dict[str, Any], argv: list[str]) -> int:
-    """The `systems describe` handler: one description per division the system has runs in."""
+    """The `systems describe` handler: one description (and its sidecar) per division the system has runs in."""
     system = check_name("system name", args["system"])
     root, _ = resolve_results_dir(args.get("results_dir"))
     if not root.is_dir():
@@ -169,16 +250,16 @@ def command(args: dict[str, Any], argv: list[str]) -> int:
         raise NotFoundError(f"no run of system {system} under {root} recorded its client hosts; run a benchmark "
                             f"with --systemname {system} first")
     for (division, org), leaves in sorted(found.items()):
-        doc, notes = document(system, leaves)
-        header = (f"# systems/{system}.yaml: written by `mlpstorage systems describe` from the host records of "
-                  f"{len(leaves)} run(s).\n# Replace every {PLACEHOLDER} value; the client facts must stay what the "
-                  "runs recorded (Rules 2.1.9).\n")
-        text = render(doc, header)
+        records, notes = newest_records(leaves)
+        doc = document(system, leaves, records)
         path = root / division / org / "systems" / f"{system}.yaml"
+        sidecar = host_sidecar.path_for(path)
+        text = render(doc, HEADER.format(system=system, runs=len(leaves), mark=PLACEHOLDER, sidecar=sidecar.name))
         write(path, text, bool(args.get("force")))
+        atomic_write_text(sidecar, host_sidecar.render(system, records, len(leaves)))
         hosts = sum(c["quantity"] for c in doc["system_under_test"]["clients"])
         print(f"wrote {path}: {hosts} client host(s) from {len(leaves)} run(s); {len(unfilled(text))} {PLACEHOLDER} "
-              f"value(s) to replace; add {path.with_suffix('.pdf').name} beside it (Rules 2.1.7)")
+              f"value(s) to replace; add {path.with_suffix('.pdf').name} beside it (Rules 2.1.7); wrote {sidecar.name}")
         for note in notes:
             print(f"  note: {note}")
     return 0

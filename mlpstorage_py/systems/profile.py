@@ -2,10 +2,14 @@
 (mlpstorage_py/launch/hostinfo.py), and how a recorded host differs from a described client.
 
 describe writes these fields; the checker (Rules 2.1.9) compares them, so both read one mapping.
+The description holds what its published schema has a field for (the kernel as the sysctl
+kernel.osrelease, the drives as groups of one model); each host's devices and their queue
+settings are in the sidecar systems/<system>.hosts.md (host_sidecar).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 # The marker every value only the submitter can give carries (a string, or a YAML comment).
@@ -25,25 +29,31 @@ def _gib(value: Any) -> int | None:
     return round(value / 2 ** 30) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
 
 
+# The description's NIC states (the schema has up and down); another operstate is the submitter's to say.
+STATES = {"up": "up", "down": "down", "lowerlayerdown": "down", "notpresent": "down"}
+# The sysctl that names the running kernel (/proc/sys/kernel/osrelease, what uname -r prints).
+KERNEL_SYSCTL = "kernel.osrelease"
+
+
 def networking(nics: Any) -> list[dict[str, Any]]:
-    """Physical NICs grouped as the description lists them: type, state, speed (Gb/s), count."""
+    """Physical NICs grouped as the description lists them: unit_count, type, state (up, down, or
+    None), speed in whole Gb/s (None where the driver does not say, or under 1 Gb/s)."""
     groups: dict[tuple, dict[str, Any]] = {}
     for nic in nics if isinstance(nics, list) else []:
         if not isinstance(nic, dict):
             continue
         mbps = nic.get("speed_mbps")
-        speed = (mbps / 1000 if mbps % 1000 else mbps // 1000) if isinstance(mbps, int) else None
-        key = (nic.get("type"), nic.get("state"), speed, nic.get("driver"))
-        entry = groups.setdefault(key, {"type": key[0], "state": key[1], "speed": speed, "driver": key[3],
-                                        "unit_count": 0, "interfaces": []})
+        speed = mbps // 1000 if isinstance(mbps, int) and mbps >= 1000 and mbps % 1000 == 0 else None
+        key = (nic.get("type"), STATES.get(str(nic.get("state")).lower()), speed)
+        entry = groups.setdefault(key, {"unit_count": 0, "type": key[0], "state": key[1], "speed": speed})
         entry["unit_count"] += 1
-        entry["interfaces"].append(nic.get("name"))
     return [groups[k] for k in sorted(groups, key=repr)]
 
 
 def _mapping(value: Any) -> dict[str, str] | None:
-    """A recorded {name: value}; None for a record taken before the survey read it."""
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+    """A recorded {name: value}, an empty value left out (the schema's values are non-empty, so
+    an empty variable reads as unset); None for a record taken before the survey read it."""
+    return {str(k): str(v) for k, v in value.items() if str(v) != ""} if isinstance(value, dict) else None
 
 
 def _by_name(entries: Any) -> dict[str, dict[str, Any]]:
@@ -66,15 +76,17 @@ def client_profile(record: dict[str, Any]) -> dict[str, Any]:
             "drives": [d for d in record["drives"] if isinstance(d, dict)] if isinstance(record.get("drives"), list) else None}
 
 
-def described_profile(client: Any) -> dict[str, Any]:
-    """The same fields as one clients[] entry of a description states them."""
+def described_profile(client: Any, host: Any = None) -> dict[str, Any]:
+    """The same fields as one clients[] entry of a description states them, and the devices its
+    sidecar entry for the host lists (host_sidecar; None without one)."""
     client = client if isinstance(client, dict) else {}
     chassis = client.get("chassis") if isinstance(client.get("chassis"), dict) else {}
     system = client.get("operating_system") if isinstance(client.get("operating_system"), dict) else {}
     return {"cpu_model": chassis.get("cpu_model"), "cpu_qty": chassis.get("cpu_qty"), "cpu_cores": chassis.get("cpu_cores"),
             "memory_capacity": chassis.get("memory_capacity"), "os_name": system.get("name"),
-            "os_version": system.get("version"), "kernel": system.get("kernel"),
-            "sysctl": client.get("sysctl"), "environment": client.get("environment"), "drives": client.get("drives")}
+            "os_version": system.get("version"), "kernel": _named(client.get("sysctl")).get(KERNEL_SYSCTL),
+            "sysctl": client.get("sysctl"), "environment": client.get("environment"), "drives": client.get("drives"),
+            "devices": host.get("drives") if isinstance(host, dict) else None}
 
 
 def _known(value: Any) -> bool:
@@ -97,8 +109,49 @@ LABELS = {"cpu_model": "CPU model", "cpu_qty": "CPU sockets", "cpu_cores": "CPU 
           "os_name": "OS", "os_version": "OS version", "kernel": "kernel"}
 
 
-# What of a drive is compared: what it is, and the block-layer settings that shape its I/O.
+# What of a sidecar device is compared: what it is, and the block-layer settings that shape its I/O.
 DRIVE_FIELDS = ("model", "size_gib", "rotational", "scheduler", "read_ahead_kb", "nr_requests")
+
+
+def _count(value: Any) -> int | None:
+    """A unit_count: a whole number, or a string of digits (published descriptions quote theirs)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, str) and value.strip().isdigit() else None
+
+
+def _norm(text: Any) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+def _drive_groups(recorded: list[dict[str, Any]], described: list[Any]) -> list[str]:
+    """Each described drive model is on the host as many times as its unit_count says; a drive
+    the description leaves out is not (the schema asks for boot drives to be left out), and a
+    device whose model the host did not report may be any described one."""
+    have = Counter(_norm(d.get("model")) for d in recorded if _known(d.get("model")))
+    unknown = sum(1 for d in recorded if not _known(d.get("model")))
+    want: Counter[str] = Counter()
+    named: dict[str, str] = {}
+    for group in described:
+        if isinstance(group, dict) and _known(group.get("model_name")) and _count(group.get("unit_count")) is not None:
+            want[_norm(group["model_name"])] += _count(group["unit_count"])
+            named.setdefault(_norm(group["model_name"]), str(group["model_name"]))
+    return [f"drives of model {named[model]!r}: {have[model]} recorded (described {count})"
+            for model, count in sorted(want.items()) if have[model] > count or have[model] + unknown < count]
+
+
+def _devices(recorded: list[dict[str, Any]], described: list[Any]) -> list[str]:
+    """The sidecar's devices are the host's whole set: each one's model, size and queue settings."""
+    found = []
+    stated, have_drives = _by_name(described), _by_name(recorded)
+    for name in sorted(set(stated) | set(have_drives)):
+        have, want = have_drives.get(name), stated.get(name)
+        if have is None or want is None:
+            found.append(f"drive {name} {'not described' if want is None else 'described but not recorded'}")
+            continue
+        found += [f"drive {name} {field} {have.get(field)!r} (described {want.get(field)!r})" for field in DRIVE_FIELDS
+                  if _known(have.get(field)) and _known(want.get(field)) and str(have[field]) != str(want[field])]
+    return found
 
 
 def _configuration(recorded: dict[str, Any], described: dict[str, Any]) -> list[str]:
@@ -117,22 +170,18 @@ def _configuration(recorded: dict[str, Any], described: dict[str, Any]) -> list[
             if have != want and (want is None or _known(want)):
                 found.append(f"environment {name} {have if have is not None else 'unset'!r} "
                              f"(described {want if want is not None else 'unset'!r})")
-    if isinstance(described["drives"], list) and recorded["drives"] is not None:
-        stated_drives, have_drives = _by_name(described["drives"]), _by_name(recorded["drives"])
-        for name in sorted(set(stated_drives) | set(have_drives)):
-            have, want = have_drives.get(name), stated_drives.get(name)
-            if have is None or want is None:
-                found.append(f"drive {name} {'not described' if want is None else 'described but not recorded'}")
-                continue
-            found += [f"drive {name} {field} {have.get(field)!r} (described {want.get(field)!r})" for field in DRIVE_FIELDS
-                      if _known(have.get(field)) and _known(want.get(field)) and str(have[field]) != str(want[field])]
+    if recorded["drives"] is not None:
+        if isinstance(described["drives"], list):
+            found += _drive_groups(recorded["drives"], described["drives"])
+        if isinstance(described["devices"], list):
+            found += _devices(recorded["drives"], described["devices"])
     return found
 
 
-def differences(record: dict[str, Any], client: Any) -> list[str]:
-    """What a recorded host states otherwise than a described client, field by field; a field
-    either side leaves unknown (or a placeholder) is not compared."""
-    recorded, described = client_profile(record), described_profile(client)
+def differences(record: dict[str, Any], client: Any, host: Any = None) -> list[str]:
+    """What a recorded host states otherwise than a described client (and the sidecar's entry
+    for it), field by field; a field either side leaves unknown (or a placeholder) is not compared."""
+    recorded, described = client_profile(record), described_profile(client, host)
     return [f"{LABELS[f]} {recorded[f]!r} (described {described[f]!r})" for f in LABELS
             if _known(recorded[f]) and _known(described[f]) and not _same(f, recorded[f], described[f])] + \
         _configuration(recorded, described)
