@@ -95,7 +95,7 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
                 stated = as_number(block.get(key))
                 if stated is not None and not _close(stated, get(values), tol):
                     yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} {key} {stated!r} != {get(values)!r} "
-                                                                        f"recomputed from {len(files)} per-rank results")
+                                                                        f"recomputed from {len(present)} per-rank results")
         if unstated:
             yield finding(number, INFO, kv.rec.summary_path, f"not checked: {'; '.join(unstated)} (the headline requires them: "
                                                              f"reported under {fields_rule})")

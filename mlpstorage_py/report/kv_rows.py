@@ -54,10 +54,15 @@ def run_problem(leaf: Leaf) -> str | None:
     return f"partial failure: {lost.text()}" if lost is not None else None
 
 
+def _problem(leaf: Leaf, finished: bool, state: str) -> str | None:
+    """Why a run cannot be the row's error-free run: it did not finish (its state), or run_problem."""
+    return run_problem(leaf) if finished else state
+
+
 def choose(runs: list[tuple[Leaf, bool, str]]) -> tuple[Leaf | None, list[str]]:
     """(the run the row publishes, issues naming every dropped run); runs are (leaf, finished, state)."""
     ordered = sorted(runs, key=lambda r: r[0].path.name)
-    problems = {leaf.path.name: run_problem(leaf) if finished else state for leaf, finished, state in ordered}
+    problems = {leaf.path.name: _problem(leaf, finished, state) for leaf, finished, state in ordered}
     clean = [leaf for leaf, finished, _ in ordered if finished and problems[leaf.path.name] is None]
     flagged = [leaf for leaf, finished, _ in ordered if finished and _summary(leaf) is not None]
     chosen = clean[-1] if clean else (flagged[-1] if flagged else None)
@@ -121,7 +126,7 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
             out.cells[f"KVCache {KV_GROUPS[option]} - {label}"] = None
     if chosen is None:
         out.withheld = ("no run of this workload is finished with a summary: "
-                        + "; ".join(f"{leaf.path.name} ({state or run_problem(leaf)})" for leaf, _, state in runs))
+                        + "; ".join(f"{leaf.path.name} ({_problem(leaf, finished, state)})" for leaf, finished, state in runs))
         return out
     kv = Kv(chosen, LeafRecord(chosen.path), {})
     options = (_summary(chosen) or {}).get("options") or {}
