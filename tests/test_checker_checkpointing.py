@@ -3,6 +3,7 @@ finding, and the real v3.0 llama3-8b write + read leaves read as what they are."
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
@@ -13,7 +14,7 @@ from conftest import REALDATA
 from mlpstorage_py.checker import rules_checkpointing as rc
 from mlpstorage_py.checker.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING
-from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, workload  # noqa: F401
+from synthetic import regenerate, edit_json, edit_yaml, fresh, leaves_of, metadata_file, workload  # noqa: F401
 from test_checker_structure import findings_of, validate_realdata, verdicts
 
 REAL_CKPT = REALDATA / "closed/NewFW/results/Solidigm_D5-P5336_61TB_Gen4_NVMe_QLC/checkpointing/llama3-8b"
@@ -188,6 +189,24 @@ def test_without_the_read_leafs_metadata_the_failover_gap_is_not_checked(fresh):
     assert (gap.severity, Path(gap.path).name) == (INFO, read.name)
     assert gap.message.startswith(f"failover gap not checked: {read.name}/checkpointing_{read.name}_metadata.json "
                                   "is not in the package")
+
+
+def test_an_engine_dlio_leaf_warns_that_its_data_is_zero_filled_and_timed_by_rank_0(fresh):
+    """`open checkpointing ... --engine dlio` (benchmarks/dlio_checkpointing.merge): the summary names
+    the fork; validate warns under 4.3.6 (the figures the row publishes) and the row's Issues say so."""
+    root = fresh(division="open")
+    engine = {"name": "dlio_benchmark 3.0.2", "writer": "SimpleStreamingCheckpointing", "timed_ranks": "rank 0 (DLIO's metric)"}
+    for leaf in ckpt(root, "open"):
+        edit_json(leaf / "summary.json", lambda d: d.update(checkpoint_engine=engine))
+    regenerate(root)
+    warned = [f for f in findings_of(root, "4.3.6")]
+    assert [(f.severity, Path(f.path).parent.name) for f in warned] == [(WARNING, leaf.name) for leaf in ckpt(root, "open")]
+    assert all("dlio_benchmark 3.0.2, writer SimpleStreamingCheckpointing" in f.message and "zero-filled" in f.message
+               and "rank 0's timing" in f.message for f in warned)
+    issues = json.loads((workload(root, "checkpointing", division="open") / "results.json").read_text())["issues"]
+    assert [i.split(":")[0] for i in issues if "zero-filled" in i] == [leaf.name for leaf in ckpt(root, "open")]
+    # our own engine's leaves (the fresh package) draw no such warning
+    assert findings_of(fresh(division="open"), "4.3.6") == []
 
 
 # --- the real v3.0 corpus ----------------------------------------------------------------

@@ -21,7 +21,7 @@ from mlpstorage_py import checker
 from mlpstorage_py.checker import rules_checkpointing, rules_checkpointing_run, rules_leaves, rules_structure
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules.tables import rule_index
-from synthetic import (edit_json, fresh, leaves_of, make_package, metadata_file, pristine,  # noqa: F401
+from synthetic import (edit_json, edit_yaml, fresh, leaves_of, make_package, metadata_file, pristine,  # noqa: F401
                        regenerate, scratch_dir, shift_leaf, duplicate_leaf, workload)
 
 OURS = {n for n, r in RULES.items()
@@ -319,6 +319,25 @@ def test_each_mutation_draws_its_rule(fresh, name):
         assert found == expected
     else:
         assert expected <= found, found
+
+
+def test_a_leaf_without_metadata_still_says_where_it_was_written(fresh):
+    """Alluxio's published 405b leaves: no metadata, but Hydra's run.dir says they were written as
+    organization alluxio, system alluxio-405b; 2.1.4 and 2.1.8 warn, naming the file that says so."""
+    root = fresh()
+    leaf = ckpt(root)[1]
+    written = f"/efs-results/r3/closed/alluxio/results/alluxio-405b/checkpointing/llama3-8b/{leaf.name}"
+    edit_yaml(leaf / "dlio_config" / "hydra.yaml", lambda d: d["hydra"]["run"].update(dir=written))
+    metadata_file(leaf).unlink()
+    found = {f.rule: f for f in findings_of(root, "2.1.4", "2.1.8")}
+    assert {(n, f.severity, Path(f.path).name) for n, f in found.items()} == {("2.1.4", WARNING, leaf.name),
+                                                                            ("2.1.8", WARNING, leaf.name)}
+    assert found["2.1.4"].message == ("the run was recorded for submitter 'alluxio' (dlio_config/hydra.yaml run.dir) "
+                                      "but is filed under closed/Acme/")
+    assert found["2.1.8"].message.startswith("the run was recorded as system 'alluxio-405b' (dlio_config/hydra.yaml run.dir)")
+    # a run.dir that agrees with the filing, or names no results/<system>/ path, says nothing
+    edit_yaml(leaf / "dlio_config" / "hydra.yaml", lambda d: d["hydra"]["run"].update(dir="outputs/2026-07-01"))
+    assert findings_of(root, "2.1.4", "2.1.8") == []
 
 
 def test_findings_name_the_file_at_fault(fresh):
