@@ -103,6 +103,16 @@ def kvcache_rows(out: str, _: Path) -> list[Row]:
     return rows
 
 
+def kvcache_data_rows(out: str, _: Path) -> list[Row]:
+    ours, plain, ratio = (float(x) for x in re.findall(
+        r"^median write: kv-cache\.py ([0-9.]+) GiB/s, plain ([0-9.]+) GiB/s, ratio ([0-9.]+)", out, re.MULTILINE)[-1])
+    squeeze = number(r"^zstd -1 --long=31: .* ratio ([0-9.]+)$", out)
+    duplicates = number(r"^duplicate 512 B blocks: ([0-9]+) of", out)
+    return [Row("kvcache_data", "write / plain writer of the same files", ours, plain, ratio, AT_LEAST, 0.7, "GiB/s"),
+            Row("kvcache_data", "zstd -1 --long=31 input/output", squeeze, None, squeeze, AT_MOST, 1.01, "x"),
+            Row("kvcache_data", "duplicate 512 B blocks", duplicates, None, duplicates, AT_MOST, 0, "blocks")]
+
+
 def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[str, Path], list[Row]]]]:
     # The CPU-bound benches first: after the I/O benches the kernel is still writing back and
     # reclaiming gigabytes for a while, which slowed a 10,000-leaf validate by a fifth.
@@ -114,6 +124,7 @@ def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[s
         ("training_overhead", ["training_overhead.py", "--runs", "3"], training_rows),
         ("vectordb_overhead", ["vectordb_overhead.py", "--repeat", "5"], vectordb_rows),
         ("kvcache_vs_fio", ["kvcache_vs_fio.py"], kvcache_rows),
+        ("kvcache_data", ["kvcache_data.py"], kvcache_data_rows),
     ]
     if full:
         listed.insert(2, ("validate_speed", ["validate_speed.py", "--leaves", "100000"], validate_rows(100_000)))

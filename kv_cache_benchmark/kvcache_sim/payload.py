@@ -2,13 +2,21 @@
 
 An entry is never materialised just to be written: `KVData.make(tokens)` returns a `KVPayload`
 (shape, dtype, size) whose bytes are produced chunk by chunk into a reused, page-aligned buffer
-(`ChunkBuffers`), so a storage write of a 3 GiB entry holds one chunk, not 3 GiB. Each chunk is
-a copy of a random, 8-byte-aligned piece of one random pool, and the first 8 bytes of every
-512 B block get a stamp no other block of this process had (a counter from a random 56-bit
-base): a deduplicating or compressing store cannot shrink what was written, at the cost of one
-8-byte store per 512 B on top of the memcpy the old assembly already paid. (The checkpoint
-engine's mlpstorage_py/storage/buffers.py stamps each 4 KiB page the same way; this package
-does not import mlpstorage, so the idea is repeated here at 512 B.)
+(`ChunkBuffers`), so a storage write of a 3 GiB entry holds one chunk, not 3 GiB.
+
+The bytes are incompressible, not only unique. A chunk is cut into pieces of at most half the
+pool (one piece for the default 64 MiB pool and 4 MiB chunks); each piece is a random
+8-byte-aligned slice of one random pool (`engine.data_pool_mib`) XORed, word by word, with a
+fresh random 64-bit key, and the first 8 bytes of every 512 B block are then a stamp no other
+block of this process had (a counter from a random 56-bit base). Copying the pool as it is left
+the files unique at 512 B but let an LZ compressor with a long window find the pool again (zstd
+-1 --long=27 shrank a run's files 2.7x, --long=31 1.25 GiB of them 6x): two slices of the same
+pool region under different keys differ in nearly every byte, so they share no run of equal
+bytes to match, and the stamps still rule out any duplicate 512 B block for a deduplicating
+store. The cost is that of the plain copy it replaces: one vectorised XOR pass from the pool
+slice into the buffer (numpy releases the GIL for it) plus one 8-byte store per 512 B.
+(The checkpoint engine's mlpstorage_py/storage/buffers.py stamps each 4 KiB page the same way;
+this package does not import mlpstorage, so the idea is repeated here at 512 B.)
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Iterator, Union
 import numpy as np
 
 BLOCK = 512                      # the granularity at which every written byte is unique
+WORD = 8                         # bytes per pool word, stamp and key
 PAGE = mmap.PAGESIZE
 DEFAULT_CHUNK = 4 << 20          # bytes per I/O chunk
 
@@ -66,14 +75,17 @@ SHARED_BUFFERS = ChunkBuffers()
 
 
 class KVData:
-    """The source of every entry's bytes: a random pool plus per-512 B stamps."""
+    """The source of every entry's bytes: a random pool, a fresh key per piece, per-512 B stamps."""
 
     def __init__(self, elements_per_token: int, dtype: np.dtype, pool_mib: int, seed: int) -> None:
         self.elements_per_token = elements_per_token
         self.dtype = np.dtype(dtype)
-        size = max(1 << 20, int(pool_mib) << 20)
-        self.pool = np.frombuffer(np.random.default_rng(seed).bytes(size), dtype=np.uint8)
-        self._offsets = np.random.default_rng(seed + 1)
+        words = max(1 << 20, int(pool_mib) << 20) // WORD
+        self.pool = np.random.default_rng(seed).integers(0, 1 << 64, size=words, dtype=np.uint64)
+        # A piece is at most half the pool, so its slice can start at many places; a multiple of
+        # BLOCK, so every piece but an entry's last starts and ends on a block boundary.
+        self._piece = self.pool.nbytes // 2
+        self._rng = np.random.default_rng(seed + 1)
         self._lock = threading.Lock()
         self._stamp = int.from_bytes(os.urandom(7), "little")  # 2**56 blocks of headroom below 2**64
         self.stamps_issued = 0
@@ -81,36 +93,36 @@ class KVData:
     def make(self, tokens: int) -> KVPayload:
         return KVPayload(self, (int(tokens), self.elements_per_token), self.dtype)
 
-    def _take(self, blocks: int, high: int) -> tuple[int, int]:
-        """A range of fresh stamps and a random 8-byte-aligned pool offset below high."""
+    def _take(self, blocks: int, high: int) -> tuple[int, int, np.uint64]:
+        """A range of fresh stamps, a random pool word index below high and a fresh piece key."""
         with self._lock:
             first = self._stamp
             self._stamp += blocks
             self.stamps_issued += blocks
-            offset = int(self._offsets.integers(0, max(1, high // 8))) * 8
-        return first, offset
+            start = int(self._rng.integers(0, high))
+            key = self._rng.integers(0, 1 << 64, dtype=np.uint64)
+        return first, start, key
 
     def fill(self, out: np.ndarray) -> None:
-        """Fill a uint8 array with pool bytes, stamping the first 8 bytes of each 512 B block
-        (out's length is a multiple of 512 except for an entry's last chunk)."""
-        total = out.size
-        pool = self.pool.size
-        done = 0
-        while done < total:
-            length = min(total - done, pool // 2)
-            blocks = -(-length // BLOCK)
-            first, offset = self._take(blocks, pool - length + 1)
-            piece = out[done:done + length]
-            np.copyto(piece, self.pool[offset:offset + length])
-            whole = length // BLOCK
-            if whole:
-                words = piece[:whole * BLOCK].view(np.uint64)[::BLOCK // 8]
-                np.add(np.arange(whole, dtype=np.uint64), np.uint64(first), out=words)
-            if blocks > whole:  # a short last block still gets its own stamp (as many bytes as fit)
-                tail = np.array([first + whole], dtype="<u8").view(np.uint8)
-                rest = piece[whole * BLOCK:]
-                rest[:min(8, rest.size)] = tail[:min(8, rest.size)]
-            done += length
+        """Fill a uint8 array with keyed pool words, then stamp the first 8 bytes of each 512 B
+        block (out's length is a multiple of 512 except for an entry's last chunk, whose short
+        last block gets its stamp too, as many bytes of it as fit)."""
+        for done in range(0, out.size, self._piece):
+            piece = out[done:done + self._piece]
+            blocks = -(-piece.size // BLOCK)
+            words, partial = divmod(piece.size, WORD)
+            first, start, key = self._take(blocks, self.pool.size - words - bool(partial) + 1)
+            source = self.pool[start:start + words + bool(partial)]
+            head = piece[:words * WORD].view(np.uint64)
+            np.bitwise_xor(source[:words], key, out=head)
+            stamps = np.arange(first, first + blocks, dtype=np.uint64)
+            marks = head[::BLOCK // WORD]
+            np.copyto(marks, stamps[:marks.size])
+            if partial:  # the bytes after the last whole word
+                last = source[words:] ^ key
+                if words % (BLOCK // WORD) == 0:  # they begin a block: its stamp
+                    last[0] = stamps[-1]
+                piece[words * WORD:] = last.view(np.uint8)[:partial]
 
 
 class KVPayload:

@@ -5,32 +5,55 @@ buffer (os.write), then fsync; a read opens the file, evicts it from the page ca
 (POSIX_FADV_DONTNEED), parses the header and reads the data into a borrowed buffer, so every
 read comes from the storage and neither direction allocates memory as large as the entry. The
 files stay ordinary .npy files (np.load reads them).
+
+Reads parse the header themselves (`read_npy_header`) rather than through numpy's readers,
+which hand it to `ast.literal_eval`: CPython 3.11 builds ASTs thread-unsafely
+(python/cpython#106905), and many reader threads at once crashed a run with "SystemError: AST
+constructor recursion depth mismatch". The header is one fixed form (the one np.save writes for
+a C-order array of a plain number type: entries are 2-D, an array demoted into the tier keeps
+its shape), so a regular expression reads it exactly and anything else is refused. (The writer,
+numpy's write_array_header_1_0, only uses repr.)
 """
 
 from __future__ import annotations
 
+import io
 import itertools
+import math
 import os
 import re
+import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format
 
-from kvcache_sim.payload import ChunkBuffers, Content, chunks
+from kvcache_sim.payload import ChunkBuffers, Content, byte_view, chunks
 from kvcache_sim.tiers import IoTiming, Tier
 
 FILE_PATTERN = re.compile(r"^kv_\d+_[A-Za-z0-9_.-]+\.npy$")
 _FADVISE = getattr(os, "posix_fadvise", None)
 _DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
+NPY_MAGIC = b"\x93NUMPY"
+# Version -> the header length's struct format: 1.0 and 2.0 only (3.0 is for utf-8 field names).
+NPY_LENGTH = {(1, 0): "<H", (2, 0): "<I"}
+NPY_MAX_HEADER = 4096  # the dict and its padding; ours are 118 bytes (numpy's own cap is 10,000)
+# The dict np.save writes (keys sorted, repr'd values, a trailing ", "), space-padded, then "\n";
+# the shape is a tuple's repr: (), (n,) or (n, m, ...).
+NPY_DICT = re.compile(r"\{'descr': '([<>|][biufc][0-9]{1,2})', 'fortran_order': False, "
+                      r"'shape': \(((?:[0-9]+,)?|[0-9]+(?:, [0-9]+)+)\), \} *\n")
 
 
 class ShortFile(OSError):
     """A KV file holding fewer data bytes than its header promises."""
+
+
+class BadHeader(ValueError):
+    """A file whose .npy header is not the C-order, plain-number one this tool writes."""
 
 
 def _write_all(fd: int, view: Any) -> None:
@@ -42,12 +65,43 @@ def _write_all(fd: int, view: Any) -> None:
 
 def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     """The .npy (version 1.0) header np.save would write for a C-ordered array."""
-    import io
-
     out = io.BytesIO()
     npy_format.write_array_header_1_0(out, {"descr": npy_format.dtype_to_descr(np.dtype(dtype)),
                                             "fortran_order": False, "shape": tuple(int(x) for x in shape)})
     return out.getvalue()
+
+
+def _read_exactly(fh: BinaryIO, count: int, name: Any, what: str) -> bytes:
+    """count bytes of a regular file, whose short read means it ended there."""
+    data = fh.read(count)
+    if data is None or len(data) != count:
+        raise BadHeader(f"{name}: the file ends inside the .npy {what}")
+    return data
+
+
+def read_npy_header(fh: BinaryIO, name: Any) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype in the .npy header at fh's position, leaving fh at the first data
+    byte; no ast and no eval, so any number of threads may call it at once."""
+    prefix = _read_exactly(fh, len(NPY_MAGIC) + 2, name, "magic string")
+    if prefix[:len(NPY_MAGIC)] != NPY_MAGIC:
+        raise BadHeader(f"{name}: not a .npy file (magic {prefix[:len(NPY_MAGIC)]!r})")
+    version = (prefix[-2], prefix[-1])
+    fmt = NPY_LENGTH.get(version)
+    if fmt is None:
+        raise BadHeader(f"{name}: .npy version {version[0]}.{version[1]}, expected 1.0 or 2.0")
+    (length,) = struct.unpack(fmt, _read_exactly(fh, struct.calcsize(fmt), name, "header length"))
+    if length > NPY_MAX_HEADER:
+        raise BadHeader(f"{name}: .npy header of {length} bytes, more than {NPY_MAX_HEADER}")
+    text = _read_exactly(fh, length, name, "header").decode("latin1")
+    found = NPY_DICT.fullmatch(text)
+    if found is None:
+        raise BadHeader(f"{name}: not a C-order array of a plain number type: {text.rstrip()[:200]!r}")
+    descr, shape = found.groups()
+    try:
+        dtype = np.dtype(descr)
+    except TypeError:
+        raise BadHeader(f"{name}: unknown dtype {descr!r} in the .npy header") from None
+    return tuple(int(x) for x in shape.replace(",", " ").split()), dtype
 
 
 def filesystem_type(path: Path) -> str:
@@ -129,10 +183,8 @@ class StorageTier(Tier):
             opened = time.perf_counter()
             self._drop(fh.fileno())
             dropped = time.perf_counter()
-            version = npy_format.read_magic(fh)
-            shape, _, dtype = (npy_format.read_array_header_1_0(fh) if version == (1, 0)
-                               else npy_format.read_array_header_2_0(fh))
-            expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            shape, dtype = read_npy_header(fh, handle)
+            expected = math.prod(shape) * dtype.itemsize
             got = 0
             with self.buffers.borrow() as buffer:
                 while got < expected:
@@ -183,7 +235,14 @@ class StorageTier(Tier):
                 "status": status}
 
     def export(self, handle: Any) -> np.ndarray:  # pragma: no cover - storage is always the last tier
-        return np.load(handle, allow_pickle=False)
+        """The entry as an array, through the same thread-safe header parser as read()."""
+        with open(handle, "rb") as fh:
+            shape, dtype = read_npy_header(fh, handle)
+            out = np.empty(shape, dtype=dtype)
+            got = fh.readinto(byte_view(out))
+        if got != out.nbytes:
+            raise ShortFile(f"{handle}: {got} of {out.nbytes} data bytes")
+        return out
 
     def remove(self, handle: Any) -> None:
         try:
