@@ -37,7 +37,8 @@ def _tier_block(stats: TierStats, elapsed: float, used: int, entries: int) -> di
 
 
 def _storage_detail(stats: TierStats) -> dict[str, Any]:
-    """Device spans (np.load after the page-cache drop; fsync) and host spans of the storage tier."""
+    """Device spans (a read's open() and data reads after the page-cache drop; a write's fsync) and
+    host spans of the storage tier."""
     block: dict[str, Any] = {}
     for op, device, host in (("read", stats.read_device, stats.read_host), ("write", stats.write_device, stats.write_host)):
         for kind, series in (("device", device), ("host", host)):
