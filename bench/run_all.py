@@ -74,6 +74,12 @@ def validate_rows(leaves: int) -> Callable[[str, Path], list[Row]]:
     return rows
 
 
+def html_rows(out: str, _: Path) -> list[Row]:
+    page = number(r"mlpstorage reports html \(the command\): ([0-9.]+) s", out)
+    check = number(r"mlpstorage validate of the same tree: ([0-9.]+) s", out)
+    return [Row("html_speed", "reports html 1,000 leaves (ref: validate)", page, check, page, AT_MOST, 30.0, "s")]
+
+
 def training_rows(out: str, _: Path) -> list[Row]:
     runs = re.findall(r"mlpstorage run ([0-9.]+) s, DLIO child ([0-9.]+) s, overhead ([0-9.-]+) s", out)
     if not runs:
@@ -119,6 +125,7 @@ def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[s
     listed = [
         ("cli_startup", ["cli_startup.py", "--rounds", "15"], cli_rows),
         ("validate_speed", ["validate_speed.py", "--leaves", "10000"], validate_rows(10_000)),
+        ("html_speed", ["html_speed.py", "--leaves", "1000"], html_rows),
         ("checkpoint_vs_fio", ["checkpoint_vs_fio.py", "--rounds", "5", "--json", str(scratch / "checkpoint.json")],
          checkpoint_rows),
         ("training_overhead", ["training_overhead.py", "--runs", "3"], training_rows),

@@ -94,7 +94,7 @@ def _findings(pkg: Package, findings: list[Finding]) -> str:
             f"{rows}</table>")
 
 
-def _chart(chart: plots.Chart) -> str:
+def _chart(chart: plots.Chart, ident: str) -> str:
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in chart.notes)
     if not chart.drawable():
         return (f'<figure class="chart empty" data-chart="{escape(chart.key)}"><figcaption>{escape(chart.title)}: '
@@ -102,7 +102,7 @@ def _chart(chart: plots.Chart) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in chart.categories)
     rows = "".join(f'<tr data-series="{escape(label)}"><th>{escape(label)}</th>{"".join(_cell(v) for v in values)}</tr>'
                    for label, values in chart.series.items())
-    return (f'<figure class="chart" data-chart="{escape(chart.key)}">{plots.svg(chart)}'
+    return (f'<figure class="chart" data-chart="{escape(chart.key)}">{plots.svg(chart, ident)}'
             f"<figcaption>{escape(chart.title)} ({escape(chart.ylabel)})</figcaption>{notes}"
             f'<details><summary>plotted values</summary><table class="series"><tr><th>{escape(chart.xlabel)}</th>{head}</tr>'
             f"{rows}</table></details></figure>")
@@ -145,7 +145,7 @@ def _section(pkg: Package, index: int, workload: Path, leaves: list[Leaf], findi
     html = (f'<section class="result" id="r{index}" data-result="{escape(rel)}"><h2>{_path(rel)} '
             f'<span class="{verdict}">{verdict}</span></h2>{_pairs(meta, "meta", "tree")}'
             f"<h3>Figures (results.json)</h3>{table_html}"
-            f"<h3>Pictures</h3>{''.join(_chart(c) for c in charts) or NO_PICTURES}"
+            f"<h3>Pictures</h3>{''.join(_chart(c, f'r{index}-{c.key}') for c in charts) or NO_PICTURES}"
             f"<h3>Validation findings</h3>{_findings(pkg, findings)}</section>")
     return html, drawn
 

@@ -2,17 +2,19 @@
 
 Series come from the same records the published figures do (summary.json metrics, rank 0's
 per-checkpoint stats, the KV Options' per-trial aggregates, the vector runs' records as
-figures.py reads them), so a picture never disagrees with the table beside it. matplotlib is
-imported only when a chart is drawn: no other command pays for it.
+figures.py reads them), so a picture never disagrees with the table beside it. The SVG is
+written directly (svg()); matplotlib supplies only the font's outlines, imported when a chart
+is first drawn, so no other command pays for it.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from html import escape
+from pathlib import Path
+from typing import Any, Callable
 
 from mlpstorage_py.checker.files import UNREADABLE
 from mlpstorage_py.checker.package import Leaf
@@ -193,7 +195,7 @@ def charts_of(benchmark: str, leaves: list[Leaf]) -> list[Chart]:
 
 
 def require_matplotlib() -> None:
-    """Fail before any work, in one line, where matplotlib is not installed."""
+    """Fail before any work, in one line, where matplotlib (the font and its outlines) is not installed."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
@@ -201,35 +203,229 @@ def require_matplotlib() -> None:
                            "(requirements.txt, or the package's [report] extra)")
 
 
-def svg(chart: Chart) -> str:
-    """The chart as an inline <svg> element: text drawn as paths (no fonts to fetch), no XML
-    prologue, ids stable across runs; matplotlib escapes the text it keeps in comments."""
-    import matplotlib
-    from matplotlib.figure import Figure
+# --- drawing: the SVG is written directly, text as outlines of matplotlib's DejaVu Sans ---------
+# matplotlib drew each chart through its whole figure machinery (layout passes, tick objects):
+# 0.15-0.3 s a chart, minutes for a large tree. Here a chart is a few hundred string pieces and
+# each glyph's outline is read once per process.
 
-    style = {"svg.fonttype": "path", "svg.hashsalt": f"mlps-{chart.key}", "font.size": 9}
-    with matplotlib.rc_context(style):
-        fig = Figure(figsize=(7.6, 3.2), layout="constrained")
-        ax = fig.add_subplot()
-        positions = range(len(chart.categories))
-        if chart.kind == "bar":
-            width = 0.8 / max(1, len(chart.series))
-            for i, (label, values) in enumerate(chart.series.items()):
-                shift = (i - (len(chart.series) - 1) / 2) * width
-                shown = [(p + shift, v) for p, v in zip(positions, values) if v is not None]  # a gap, never a 0
-                ax.bar([x for x, _ in shown], [v for _, v in shown], width, label=label)
+WIDTH, HEIGHT = 547.2, 230.4          # pt: the 7.6 x 3.2 in figure the page has always shown
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+TITLE, LABEL, TICK, SMALL = 10.8, 9.0, 9.0, 7.0   # font sizes (pt), as matplotlib's at font.size 9
+EM = 100.0                             # the size outlines are read at
+ASCENT = 0.73                          # DejaVu Sans cap height per em: where a baseline goes for centred text
+PAD, TICK_LEN = 4.0, 3.5
+STEPS = (1.0, 2.0, 2.5, 5.0, 10.0)
+PATH_LETTERS = {1: ("M", 1), 2: ("L", 1), 3: ("Q", 2), 4: ("C", 3)}  # matplotlib Path codes; 79 closes
+
+
+def _outline(vertices: Any, codes: Any) -> str:
+    """A glyph's outline as SVG path data, y flipped (font units grow upward)."""
+    out, i = [], 0
+    while i < len(codes):
+        code = int(codes[i])
+        if code not in PATH_LETTERS:
+            out.append("Z" if code == 79 else "")
+            i += 1
+            continue
+        letter, count = PATH_LETTERS[code]
+        out.append(letter + " ".join(f"{x:.1f} {-y:.1f}" for x, y in vertices[i:i + count]))
+        i += count
+    return "".join(out)
+
+
+class _Font:
+    """DejaVu Sans, matplotlib's bundled font: each glyph's advance and outline, read once."""
+
+    def __init__(self) -> None:
+        import matplotlib
+        from matplotlib import ft2font
+
+        # the bundled file itself: no font manager (its cache of the system's fonts costs seconds once)
+        self._face = ft2font.FT2Font(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"))
+        self._face.set_size(EM, 72)
+        self._flags = ft2font.LoadFlags.NO_HINTING
+        self._glyphs: dict[str, tuple[float, str]] = {}
+
+    def glyph(self, char: str) -> tuple[float, str]:
+        """(advance, outline); a character the font lacks, or a control character, is drawn as "?"."""
+        if char not in self._glyphs:
+            if char != "?" and (not char.isprintable() or self._face.get_char_index(ord(char)) == 0):
+                self._glyphs[char] = self.glyph("?")
+            else:
+                advance = self._face.load_char(ord(char), flags=self._flags).linearHoriAdvance / 65536
+                self._glyphs[char] = (advance, _outline(*self._face.get_path()))
+        return self._glyphs[char]
+
+    def width(self, text: str, size: float) -> float:
+        return sum(self.glyph(c)[0] for c in text) * size / EM
+
+
+_FONT: list[_Font] = []
+
+
+def _font() -> _Font:
+    if not _FONT:
+        _FONT.append(_Font())
+    return _FONT[0]
+
+
+class _Canvas:
+    """One chart's SVG pieces; text is <use> of glyph outlines defined once per chart."""
+
+    def __init__(self, ident: str) -> None:
+        self.ident, self.font, self.parts, self.used = ident, _font(), [], {}
+
+    def text(self, text: str, x: float, y: float, size: float, anchor: str = "start", rotate: float = 0,
+             fill: str = "#000") -> None:
+        """text with its baseline at y; anchor start, middle or end of its width, before rotation."""
+        shift = {"start": 0.0, "middle": -0.5, "end": -1.0}[anchor] * self.font.width(text, size)
+        uses, at = [], 0.0
+        for char in text:
+            advance, outline = self.font.glyph(char)
+            if outline:
+                ref = self.used.setdefault(char, f"{self.ident}-g{len(self.used)}")
+                uses.append(f'<use href="#{ref}" x="{at:.1f}"/>')
+            at += advance
+        turn = f" rotate({rotate:g})" if rotate else ""
+        self.parts.append(f'<g fill="{fill}" transform="translate({x:.2f} {y:.2f}){turn} translate({shift:.2f} 0) '
+                          f'scale({size / EM:.4f})">{"".join(uses)}</g>')
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str = "#000", width: float = 0.8,
+             extra: str = "") -> None:
+        self.parts.append(f'<line x1="{x1:.2f}" y1="{y1:.2f}" x2="{x2:.2f}" y2="{y2:.2f}" stroke="{stroke}" '
+                          f'stroke-width="{width:g}"{extra}/>')
+
+    def svg(self, title: str) -> str:
+        defs = "".join(f'<path id="{ref}" d="{self.font.glyph(char)[1]}"/>' for char, ref in self.used.items())
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}pt" height="{HEIGHT}pt" '
+                f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img"><title>{escape(title)}</title><defs>{defs}</defs>'
+                f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#fff"/>{"".join(self.parts)}</svg>')
+
+
+def _ticks(low: float, high: float) -> tuple[list[float], int]:
+    """About seven round ticks across [low, high], and the decimals their labels need."""
+    raw = (high - low) / 7
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(s * power for s in STEPS if s * power >= raw * 0.999)
+    first = math.ceil(low / step - 1e-9)
+    ticks = [(first + i) * step for i in range(int(math.floor(high / step + 1e-9)) - first + 1)]
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9) + (1 if round(step / power, 6) == 2.5 else 0))
+    return ticks, decimals
+
+
+def _tick_label(value: float, decimals: int, digits: int | None) -> str:
+    """Fixed decimals, or for very large or small values, digits mantissa decimals (e.g. 1.25e+09)."""
+    text = f"{value:.{digits}e}" if digits is not None else f"{value:.{decimals}f}"
+    return "0" if value == 0 or text.strip("-0.") == "" else text
+
+
+def _limits(chart: Chart) -> tuple[float, float]:
+    """The value axis: the data with a 5 % margin; bars always stand on zero."""
+    values = [v for series in chart.series.values() for v in series if v is not None]
+    low, high = min(values), max(values)
+    if chart.kind == "bar":
+        low, high = min(low, 0.0), max(high, 0.0)
+    if high == low:
+        spread = abs(high) * 0.05 or 1.0
+        return low - spread, high + spread
+    margin = (high - low) * 0.05
+    return (low if chart.kind == "bar" and low == 0 else low - margin), (high if chart.kind == "bar" and high == 0
+                                                                         else high + margin)
+
+
+def svg(chart: Chart, ident: str) -> str:
+    """The chart as an inline <svg> element: no script, no font to fetch (text is outlines), ids
+    prefixed by ident so that no two charts of a page share one; deterministic for a given chart."""
+    canvas = _Canvas(ident)
+    font = canvas.font
+    low, high = _limits(chart)
+    ticks, decimals = _ticks(low, high)
+    largest, step = max(abs(low), abs(high)), (ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    digits = max(0, math.floor(math.log10(largest)) - math.floor(math.log10(step)) + 1) \
+        if largest >= 1e6 or largest < 1e-3 else None
+    labels = [_tick_label(t, decimals, digits) for t in ticks]
+    names = list(chart.series)
+    legend_w = (max(font.width(n, SMALL) for n in names) + 30) if len(names) > 1 else 0.0
+    rotated = len(chart.categories) > 8
+    cat_w = [font.width(c, SMALL) for c in chart.categories]
+    x_band = min(max(cat_w, default=0) * 0.5 + SMALL * 0.9, HEIGHT / 4) if rotated else SMALL * 1.2
+    left = PAD + LABEL * 1.3 + max(font.width(l, TICK) for l in labels) + TICK_LEN + 3
+    right = WIDTH - PAD - (legend_w + PAD if legend_w else max(cat_w[-1:] or [0]) / 2 + PAD)
+    top, bottom = PAD + TITLE * 1.5, HEIGHT - PAD - LABEL * 1.3 - x_band - TICK_LEN - 2
+    count = len(chart.categories)
+    x_low, x_high = (-0.6, count - 0.4) if chart.kind == "bar" else (-0.3, max(count - 1, 0) + 0.3)
+
+    def x_of(position: float) -> float:
+        return left + (position - x_low) / (x_high - x_low) * (right - left)
+
+    def y_of(value: float) -> float:
+        return bottom - (value - low) / (high - low) * (bottom - top)
+
+    grid = ' stroke-opacity="0.3"'
+    for tick, label in zip(ticks, labels):
+        y = y_of(tick)
+        canvas.line(left, y, right, y, "#b0b0b0", 0.8, grid)
+        canvas.line(left - TICK_LEN, y, left, y)
+        canvas.text(label, left - TICK_LEN - 2, y + TICK * ASCENT / 2, TICK, "end")
+    for position, label in enumerate(chart.categories):
+        x = x_of(position)
+        canvas.line(x, top, x, bottom, "#b0b0b0", 0.8, grid)
+        canvas.line(x, bottom, x, bottom + TICK_LEN)
+        if rotated:
+            canvas.text(label, x + 2, bottom + TICK_LEN + SMALL * 0.8, SMALL, "end", -30)
         else:
-            for label, values in chart.series.items():
-                ax.plot(list(positions), [v if v is not None else float("nan") for v in values], marker="o",
-                        markersize=3, linestyle="--" if label in chart.dashed else "-", label=label)
-        ax.set_xticks(list(positions), chart.categories, rotation=30 if len(chart.categories) > 8 else 0, fontsize=7)
-        ax.set_title(chart.title)
-        ax.set_xlabel(chart.xlabel)
-        ax.set_ylabel(chart.ylabel)
-        ax.grid(True, alpha=0.3)
-        if len(chart.series) > 1:
-            fig.legend(fontsize=7, loc="outside right upper")  # beside the axes, never over the lines
-        out = io.StringIO()
-        fig.savefig(out, format="svg", metadata={"Date": None, "Creator": None})
-    text = out.getvalue()
-    return text[text.index("<svg"):]
+            canvas.text(label, x, bottom + TICK_LEN + 2 + SMALL * ASCENT, SMALL, "middle")
+    _marks(canvas, chart, x_of, y_of, low)
+    canvas.parts.append(f'<rect x="{left:.2f}" y="{top:.2f}" width="{right - left:.2f}" height="{bottom - top:.2f}" '
+                        'fill="none" stroke="#000" stroke-width="0.8"/>')
+    canvas.text(chart.title, (left + right) / 2, PAD + TITLE * ASCENT + 2, TITLE, "middle")
+    canvas.text(chart.xlabel, (left + right) / 2, HEIGHT - PAD - 1, LABEL, "middle")
+    canvas.text(chart.ylabel, PAD + LABEL * ASCENT + 1, (top + bottom) / 2, LABEL, "middle", -90)
+    if legend_w:
+        _legend(canvas, chart, WIDTH - PAD - legend_w, top, legend_w)
+    return canvas.svg(chart.title)
+
+
+def _marks(canvas: _Canvas, chart: Chart, x_of: Callable[[float], float], y_of: Callable[[float], float],
+           low: float) -> None:
+    """Lines with a marker per value (a gap where a value is missing) or grouped bars (none for a gap)."""
+    width = 0.8 / max(1, len(chart.series))
+    for index, (label, values) in enumerate(chart.series.items()):
+        colour = COLOURS[index % len(COLOURS)]
+        if chart.kind == "bar":
+            shift = (index - (len(chart.series) - 1) / 2) * width
+            base = y_of(max(low, 0.0))
+            for position, value in enumerate(values):
+                if value is not None:
+                    x0, x1, y = x_of(position + shift - width / 2), x_of(position + shift + width / 2), y_of(value)
+                    canvas.parts.append(f'<rect x="{x0:.2f}" y="{min(y, base):.2f}" width="{x1 - x0:.2f}" '
+                                        f'height="{abs(base - y):.2f}" fill="{colour}"/>')
+            continue
+        dash = ' stroke-dasharray="5.55 2.4"' if label in chart.dashed else ""
+        runs: list[list[str]] = [[]]
+        for position, value in enumerate(values):
+            if value is None:
+                runs.append([])
+            else:
+                runs[-1].append(f"{x_of(position):.2f},{y_of(value):.2f}")
+        for points in (r for r in runs if r):
+            canvas.parts.append(f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
+                                f'stroke-width="1.5" stroke-linejoin="round"{dash}/>')
+            canvas.parts.append("".join(f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="2" fill="{colour}"/>'
+                                        for p in points))
+
+
+def _legend(canvas: _Canvas, chart: Chart, x: float, y: float, width: float) -> None:
+    """Beside the axes, top right, never over the lines: a handle and the name of each series."""
+    row = SMALL * 1.45
+    canvas.parts.append(f'<rect x="{x:.2f}" y="{y:.2f}" width="{width:.2f}" height="{row * len(chart.series) + 4:.2f}" '
+                        'fill="#fff" stroke="#ccc" stroke-width="0.8" rx="2"/>')
+    for index, label in enumerate(chart.series):
+        colour, middle = COLOURS[index % len(COLOURS)], y + 2 + row * (index + 0.5)
+        if chart.kind == "bar":
+            canvas.parts.append(f'<rect x="{x + 5:.2f}" y="{middle - 3:.2f}" width="14" height="6" fill="{colour}"/>')
+        else:
+            dash = ' stroke-dasharray="5.55 2.4"' if label in chart.dashed else ""
+            canvas.line(x + 5, middle, x + 19, middle, colour, 1.5, dash)
+            canvas.parts.append(f'<circle cx="{x + 12:.2f}" cy="{middle:.2f}" r="2" fill="{colour}"/>')
+        canvas.text(label, x + 24, middle + SMALL * ASCENT / 2, SMALL, "start")
