@@ -121,6 +121,23 @@ def test_the_partial_failure_is_in_the_rows_issues_and_in_status(cli, fresh):
     assert f"partial failure {status['result']}/{leaf.name}: 3 rank result(s) missing" in text
 
 
+def test_farmgpus_published_summary_reads_as_45_missing_ranks():
+    """The shape of open/FarmGPU/.../llama3.1-70b-instruct/run/20260709_215001/summary.json: absolute
+    rank directories under the lowercase org it was written as, 48 ranks, one trial per Option."""
+    base = ("/mnt/mlperf-results/open/farmgpu/results/potato8-qlc-np6-open-tnf-70b/kv_cache/llama3.1-70b-instruct/run/"
+            "20260709_215001")
+    lost = {"1": [1, 2, 4, 6, 9, 12, 13, 14, 15, 16, 20, 24, 26, 27, 31, 33, 35, 37, 39, 40, 42, 43, 45, 46],
+            "2": [9, 11, 12, 13, 14, 15, 16, 20, 21, 22, 23, 24, 30, 33, 34, 35, 36, 39, 42, 43, 45]}
+    summary = {"total_ranks": 48, "trials_per_option": 1, "partial_failure": True, "options": {
+        o: {"rank_count": 48, "trial_count": 1, "partial_failure": o in lost,
+            "missing_files": [f"{base}/option_{o}/trial_0/rank_{r}" for r in lost.get(o, [])]} for o in ("1", "2", "3")}}
+    found = partial_failure(summary)
+    assert (found.missing_ranks, found.trials_failed) == (45, 0)
+    assert found.text() == ("45 rank result(s) missing, 0 trial(s) failed (Option 1: 24 of 48 rank results missing; "
+                            "Option 2: 21 of 48 rank results missing)")
+    assert len(declared_missing(summary)) == 45 and ("2", 0, 45) in declared_missing(summary)
+
+
 def test_a_clean_run_has_no_partial_failure():
     assert partial_failure({"options": {"1": {"partial_failure": False, "missing_files": []}},
                             "partial_failure": False, "trial_failures": {}}) is None

@@ -111,8 +111,9 @@ def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any],
 
 @rule("6.3.4.1", "kvcacheAggregateBandwidth", parts=True)
 def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
-    """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over ranks, recomputed;
-    a summary that records lost ranks (partial_failure) is not that sum."""
+    """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over every rank (a partial failure is not).
+
+    Recomputed from the rank files; a summary that records lost ranks states sums over the survivors."""
     for kv in _leaves(pkg):
         lost = partial_failure(kv.summary)
         if lost is None:

@@ -40,6 +40,10 @@ class KvRow:
     withheld: str | None = None
 
 
+def _figure(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _summary(leaf: Leaf) -> dict[str, Any] | None:
     summary = leaf.summary
     return summary if isinstance(summary, dict) and files.UNREADABLE not in summary else None
@@ -129,11 +133,12 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
                         + "; ".join(f"{leaf.path.name} ({_problem(leaf, finished, state)})" for leaf, finished, state in runs))
         return out
     kv = Kv(chosen, LeafRecord(chosen.path), {})
-    options = (_summary(chosen) or {}).get("options") or {}
+    options = (_summary(chosen) or {}).get("options")
+    options = options if isinstance(options, dict) else {}
     out.figures = {"published_run": chosen.path.name, "columns": {}}
     for option in sorted(set(map(str, options)) | set(KV_GROUPS)):
         block = options.get(option) if isinstance(options.get(option), dict) else {}
-        values = {name: block.get(key) if as_number(block.get(key)) is not None else None for name, key in KV_FIELDS.items()}
+        values = {name: block.get(key) if _figure(block.get(key)) else None for name, key in KV_FIELDS.items()}
         out.figures.update({f"option{option}_{name}": value for name, value in values.items()})
         if not block:
             continue
