@@ -61,16 +61,20 @@ bench: $(STAMP) system-deps
 # A small end-to-end demo in build/demo: a fresh results tree; a CLOSED training datasize;
 # a tiny OPEN unet3d datagen + run through DLIO under mpirun (a few MiB, sizes overridden, so
 # recorded as INVALID); a scaled-down llama3-8b checkpoint write + read; a 2-second, 2-rank KV
-# cache run of all three Options (cache on /dev/shm, another filesystem); the reports;
+# cache run of all three Options (cache on /dev/shm, another filesystem); a tiny OPEN vectordb
+# HNSW datagen + run on Milvus Lite (2,000 x 32 vectors, 500 queries); the reports (reportgen's
+# tables and the `reports html` page, build/demo/report.html, outside the tree as it must be);
 # and the validator, which explains why the tiny runs are not a valid CLOSED submission.
 MLPS := XDG_CONFIG_HOME=$(abspath $(DEMO))/config MLPSTORAGE_SYSTEMNAME=demo-system $(VENV)/bin/mlpstorage
 TINY := dataset.record_length_bytes=262144 dataset.record_length_bytes_stdev=0 dataset.record_length_bytes_resize=0 \
 	train.epochs=2 train.computation_time=0.01 reader.batch_size=2 reader.read_threads=1
+TINY_VDB := --num-vectors 2000 --dimension 32 --storage-root $(DEMO)/vectordb
+VDB_LEAVES := $(DEMO)/results/open/DemoOrg/results/demo-system/vector_database/milvus/HNSW
 TINY_LLAMA := model.num_layers=2 model.hidden_size=512 model.ffn_hidden_size=1024 model.vocab_size=8192 \
 	model.num_attention_heads=8 model.num_kv_heads=2 checkpoint.time_between_checkpoints=0
 demo: $(STAMP) system-deps
 	rm -rf $(DEMO)
-	mkdir -p $(DEMO)/data $(DEMO)/checkpoints
+	mkdir -p $(DEMO)/data $(DEMO)/checkpoints $(DEMO)/vectordb
 	$(MLPS) init DemoOrg $(DEMO)/results
 	$(MLPS) closed training unet3d datasize --accelerator-type b200 --max-accelerators 8 \
 		--client-host-memory-in-gb 32 --num-client-hosts 1
@@ -83,9 +87,14 @@ demo: $(STAMP) system-deps
 	$(MLPS) open kvcache run -np 2 --cache-dir /dev/shm/mlps-demo-kvcache --model tiny-1b --num-users 3 \
 		--duration 2 --trials 1 --inter-option-delay 0
 	rm -rf /dev/shm/mlps-demo-kvcache
+	$(MLPS) open vectordb HNSW datagen $(TINY_VDB)
+	$(MLPS) open vectordb HNSW run $(TINY_VDB) --queries 500
 	$(MLPS) reports reportgen
+	$(MLPS) reports html --output $(DEMO)/report.html
 	$(MLPS) validate || echo "(validate exits 1 above: the tiny OPEN demo runs are deliberately not a valid submission)"
 	@echo "demo results tree: $(DEMO)/results"
+	@echo "vectordb runs (Milvus Lite, database in $(DEMO)/vectordb): $(VDB_LEAVES)"
+	@echo "HTML report: $(DEMO)/report.html"
 
 clean:
 	rm -rf build $(VENV)
