@@ -313,10 +313,18 @@ def _ticks(low: float, high: float) -> tuple[list[float], int]:
     return ticks, decimals
 
 
-def _tick_label(value: float, decimals: int, digits: int | None) -> str:
-    """Fixed decimals, or for very large or small values, digits mantissa decimals (e.g. 1.25e+09)."""
-    text = f"{value:.{digits}e}" if digits is not None else f"{value:.{decimals}f}"
-    return "0" if value == 0 or text.strip("-0.") == "" else text
+def _axis(low: float, high: float) -> tuple[list[float], list[str]]:
+    """The value axis's ticks and their labels: fixed decimals, or for very large or very small
+    values as many mantissa decimals as the step needs (2.52e+09), so no two labels read alike."""
+    ticks, decimals = _ticks(low, high)
+    largest, step = max(abs(low), abs(high)), (ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    digits = max(0, math.floor(math.log10(largest)) - math.floor(math.log10(step)) + 1) \
+        if largest >= 1e6 or largest < 1e-3 else None
+    labels = []
+    for value in ticks:
+        text = f"{value:.{digits}e}" if digits is not None else f"{value:.{decimals}f}"
+        labels.append("0" if abs(value) < step * 1e-9 or text.strip("-0.") == "" else text)
+    return ticks, labels
 
 
 def _limits(chart: Chart) -> tuple[float, float]:
@@ -329,8 +337,9 @@ def _limits(chart: Chart) -> tuple[float, float]:
         spread = abs(high) * 0.05 or 1.0
         return low - spread, high + spread
     margin = (high - low) * 0.05
-    return (low if chart.kind == "bar" and low == 0 else low - margin), (high if chart.kind == "bar" and high == 0
-                                                                         else high + margin)
+    if chart.kind == "bar":  # no margin below (or above) the zero a bar stands on
+        return (low - margin if low < 0 else low), (high + margin if high > 0 else high)
+    return low - margin, high + margin
 
 
 def svg(chart: Chart, ident: str) -> str:
@@ -339,11 +348,7 @@ def svg(chart: Chart, ident: str) -> str:
     canvas = _Canvas(ident)
     font = canvas.font
     low, high = _limits(chart)
-    ticks, decimals = _ticks(low, high)
-    largest, step = max(abs(low), abs(high)), (ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
-    digits = max(0, math.floor(math.log10(largest)) - math.floor(math.log10(step)) + 1) \
-        if largest >= 1e6 or largest < 1e-3 else None
-    labels = [_tick_label(t, decimals, digits) for t in ticks]
+    ticks, labels = _axis(low, high)
     names = list(chart.series)
     legend_w = (max(font.width(n, SMALL) for n in names) + 30) if len(names) > 1 else 0.0
     rotated = len(chart.categories) > 8
@@ -375,7 +380,7 @@ def svg(chart: Chart, ident: str) -> str:
             canvas.text(label, x + 2, bottom + TICK_LEN + SMALL * 0.8, SMALL, "end", -30)
         else:
             canvas.text(label, x, bottom + TICK_LEN + 2 + SMALL * ASCENT, SMALL, "middle")
-    _marks(canvas, chart, x_of, y_of, low)
+    _marks(canvas, chart, x_of, y_of)
     canvas.parts.append(f'<rect x="{left:.2f}" y="{top:.2f}" width="{right - left:.2f}" height="{bottom - top:.2f}" '
                         'fill="none" stroke="#000" stroke-width="0.8"/>')
     canvas.text(chart.title, (left + right) / 2, PAD + TITLE * ASCENT + 2, TITLE, "middle")
@@ -386,15 +391,14 @@ def svg(chart: Chart, ident: str) -> str:
     return canvas.svg(chart.title)
 
 
-def _marks(canvas: _Canvas, chart: Chart, x_of: Callable[[float], float], y_of: Callable[[float], float],
-           low: float) -> None:
+def _marks(canvas: _Canvas, chart: Chart, x_of: Callable[[float], float], y_of: Callable[[float], float]) -> None:
     """Lines with a marker per value (a gap where a value is missing) or grouped bars (none for a gap)."""
     width = 0.8 / max(1, len(chart.series))
+    base = y_of(0.0)
     for index, (label, values) in enumerate(chart.series.items()):
         colour = COLOURS[index % len(COLOURS)]
         if chart.kind == "bar":
             shift = (index - (len(chart.series) - 1) / 2) * width
-            base = y_of(max(low, 0.0))
             for position, value in enumerate(values):
                 if value is not None:
                     x0, x1, y = x_of(position + shift - width / 2), x_of(position + shift + width / 2), y_of(value)
@@ -402,17 +406,16 @@ def _marks(canvas: _Canvas, chart: Chart, x_of: Callable[[float], float], y_of: 
                                         f'height="{abs(base - y):.2f}" fill="{colour}"/>')
             continue
         dash = ' stroke-dasharray="5.55 2.4"' if label in chart.dashed else ""
-        runs: list[list[str]] = [[]]
+        runs: list[list[tuple[str, str]]] = [[]]
         for position, value in enumerate(values):
             if value is None:
                 runs.append([])
             else:
-                runs[-1].append(f"{x_of(position):.2f},{y_of(value):.2f}")
+                runs[-1].append((f"{x_of(position):.2f}", f"{y_of(value):.2f}"))
         for points in (r for r in runs if r):
-            canvas.parts.append(f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour}" '
-                                f'stroke-width="1.5" stroke-linejoin="round"{dash}/>')
-            canvas.parts.append("".join(f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="2" fill="{colour}"/>'
-                                        for p in points))
+            canvas.parts.append(f'<polyline points="{" ".join(f"{x},{y}" for x, y in points)}" fill="none" '
+                                f'stroke="{colour}" stroke-width="1.5" stroke-linejoin="round"{dash}/>')
+            canvas.parts.append("".join(f'<circle cx="{x}" cy="{y}" r="2" fill="{colour}"/>' for x, y in points))
 
 
 def _legend(canvas: _Canvas, chart: Chart, x: float, y: float, width: float) -> None:
