@@ -2,7 +2,8 @@
 """Per-rank launcher for kv-cache.py under MPI (rules 6.3.3.1 and 6.3.3.3).
 
 mpirun starts one wrapper per rank. The wrapper finds its rank, derives the seed (base seed +
-rank) and the rank's private paths, and replaces itself with kv-cache.py:
+rank) and the rank's private paths, and runs kv-cache.py in its own process (with its argv and
+`__main__`, so the rank's exit status is kv-cache.py's):
 
     mpirun -n 4 python mlperf_wrapper.py --rank-output-base OUT --rank-cache-base CACHE \\
         --seed-base 42 -- --model llama3.1-8b --num-users 200 ...
@@ -11,7 +12,9 @@ rank) and the rank's private paths, and replaces itself with kv-cache.py:
     cache:  CACHE/rank_<N>/
 
 Every workload argument after the wrapper's own is forwarded verbatim; the wrapper encodes
-no workload parameters. `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
+no workload parameters. With `--libraries DIR` (mlpstorage passes it), the rank records in DIR,
+once kv-cache.py is done, the library versions it imported (mlpstorage_py/launch/libraries.py
+of the source tree this file belongs to). `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
 visible with that content on this rank's host (the shared results directory check, 6.3.3.4) and
 prints one `MLPS-KVCACHE-PROBE {json}` line (rank, hostname, path, visible, detail), then exits 0.
 """
@@ -22,6 +25,7 @@ import argparse
 import ctypes
 import json
 import os
+import runpy
 import signal
 import socket
 import sys
@@ -54,6 +58,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--kv-cache", default=str(HERE / "kv-cache.py"), help="kv-cache.py to run")
     parser.add_argument("--probe-shared", help="only check that this file exists here with --probe-token as content")
     parser.add_argument("--probe-token", default="")
+    parser.add_argument("--libraries", help="record the library versions this rank imported in this directory")
     if "--" in argv:
         cut = argv.index("--")
         args = parser.parse_args(argv[:cut])
@@ -119,9 +124,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = kv_cache_argv(args, forwarded, rank)
     die_with_parent()
-    sys.stdout.flush()
-    os.execv(command[0], command)  # the rank becomes kv-cache.py: its exit status is the rank's
-    return 127  # pragma: no cover
+    sys.argv = command[1:]
+    try:
+        runpy.run_path(command[1], run_name="__main__")
+    finally:
+        if args.libraries:
+            report_libraries(args.libraries, rank)
+    return 0
+
+
+def report_libraries(directory: str, rank: int) -> None:
+    """The rank's imported library versions, by mlpstorage's recorder (beside this directory)."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.append(str(HERE.parent))
+    from mlpstorage_py.launch import libraries
+
+    libraries.report(directory, rank)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     for key, env in ENV_FALLBACKS.items():
         if key in args and not args[key] and os.environ.get(env):
             args[key] = os.environ[env]
+            args[f"_{key}_from"] = env  # where it came from, for what the run prints
     return args
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import sys
 import uuid
+from importlib import metadata
 from pathlib import Path
 
+import numpy
 import pytest
 
 from conftest import all_leaves
@@ -85,6 +89,17 @@ def test_combined_and_split_flows(cli, results, ckpt_dir):
     prov = json.loads((leaf / "provenance.json").read_text())
     assert prov["dlio"] == {"version": "n/a", "source": "mlpstorage-checkpoint-engine", "commit": "n/a"}
     assert prov["provenance"]["dlio"] == "n/a" and prov["core_config"]["allowlist"] == "checkpointing@1"
+    # the engine is named on the console and in the leaf; each rank recorded what it imported
+    engine = prov["engine"]
+    assert engine["name"] == "mlpstorage-checkpoint-engine" and engine["path"].endswith("checkpoint/engine.py")
+    assert f"engine: mlpstorage-checkpoint-engine {engine['version']} at {engine['path']} (our checkpoint engine: " in res.err
+    (host,) = prov["libraries"]["hosts"]
+    assert host["hostname"] == socket.gethostname() and host["ranks"] == [0, 1] and host["python"] == sys.executable
+    assert host["libraries"]["mpi4py"]["version"] == metadata.version("mpi4py")
+    assert host["libraries"]["numpy"]["file"] == numpy.__file__
+    assert host["libraries"]["dlio_benchmark"] == host["libraries"]["torch"] == "not imported"
+    assert meta["libraries_by_host"] == prov["libraries"]["hosts"] and meta["engine_identity"] == engine
+    assert not (leaf / "rank_libraries").exists()
 
     write = run(cli, results, ckpt_dir, 2, 0)
     read = run(cli, results, ckpt_dir, 0, 2)

@@ -130,7 +130,9 @@ def test_cli_datasize_writes_one_complete_leaf(cli, results):
     with open(leaf / "provenance.json", encoding="utf-8") as fh:
         prov = json.load(fh)
     assert list(prov) == ["schema", "rules_edition", "layout_version", "tool", "dlio", "storage_library",
-                          "core_config", "stamped_at", "stamped_by", "provenance"]
+                          "core_config", "stamped_at", "stamped_by", "provenance", "engine"]
+    assert prov["engine"]["name"] == "mlpstorage" and "datasize runs no DLIO" in prov["engine"]["origin"]
+    assert "libraries" not in prov  # no rank ran
     assert prov["schema"] == "mlps-run-provenance/1"
     no_nulls(prov)
     assert prov["core_config"]["hash"] == "0d3ad0dec188becd"

@@ -53,19 +53,43 @@ def test_another_environment_is_read_in_a_child(tmp_path):
     assert engine.version == "2.0.0" and engine.bin_dir == str(Path(sys.executable).parent)
     program = engine.rank_program()
     assert program[1] == "-c" and "mlpstorage_py.benchmarks.dlio_rank" in program[2]
-    with pytest.raises(UsageError, match="not a directory"):
+    with pytest.raises(UsageError, match="neither a directory nor a dlio_benchmark script"):
         dlio_engine.detect(str(tmp_path / "absent"))
+    with pytest.raises(UsageError, match="neither a directory nor a dlio_benchmark script"):
+        dlio_engine.detect(sys.executable)  # a file, but not the dlio_benchmark script
     with pytest.raises(UsageError, match="no python"):
         dlio_engine.detect(str(tmp_path))
     scripts = tmp_path / "scripts"  # only a dlio_benchmark entry point: its #! names the python
     scripts.mkdir()
     (scripts / "dlio_benchmark").write_text(f"#!{sys.executable}\nimport sys\n")
     assert dlio_engine.detect(str(scripts)).python == sys.executable
+    named = dlio_engine.detect(str(scripts / "dlio_benchmark"), origin="MLPSTORAGE_DLIO_BIN_PATH")  # the script itself
+    assert named.bin_dir == str(scripts) and named.python == sys.executable
+    assert named.identity() == {"name": "dlio_benchmark", "version": "2.0.0", "origin": f"from MLPSTORAGE_DLIO_BIN_PATH {scripts}",
+                                "path": str(Path(importlib.util.find_spec("dlio_benchmark").origin).parent)}
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "python").symlink_to("/usr/bin/python3")  # Debian's Python: no dlio-benchmark
     with pytest.raises(NotAvailable, match="has no dlio-benchmark"):
         dlio_engine.detect(str(bare))
+
+
+def test_whatif_names_the_engine_its_path_and_where_it_came_from(cli, tmp_path, monkeypatch):
+    pytest.importorskip("dlio_benchmark")
+    bin_dir = Path(sys.executable).parent
+    package = Path(importlib.util.find_spec("dlio_benchmark").origin).parent
+    base = ("whatif", "training", "unet3d", "datagen", "-np", "2", "-dd", tmp_path)
+    default = cli(*base)
+    assert default.rc == 0, default.err
+    assert f"engine: dlio_benchmark 2.0.0 at {package} (PyPI default" in default.out
+    script = cli(*base, "--dlio-bin-path", bin_dir / "dlio_benchmark")  # the script names its environment
+    assert script.rc == 0, script.err
+    assert f"engine: dlio_benchmark 2.0.0 at {package} (from --dlio-bin-path {bin_dir})" in script.out
+    monkeypatch.setenv("MLPSTORAGE_DLIO_BIN_PATH", str(bin_dir))
+    env = cli(*base)
+    assert env.rc == 0 and f"(from MLPSTORAGE_DLIO_BIN_PATH {bin_dir})" in env.out
+    refused = cli(*base, "--dlio-bin-path", sys.executable)
+    assert refused.rc == 2 and "neither a directory nor a dlio_benchmark script" in refused.err
 
 
 def test_tables_are_found_by_version_then_series():
@@ -221,6 +245,31 @@ def test_training_and_an_engine_dlio_checkpoint_run_through_the_fork(cli, result
 
 @pytest.mark.heavy
 @needs_fork
+def test_retinanet_datagen_through_the_fork_records_the_forks_libraries(cli, results, other_fs_dir):
+    """JPEG generation imports Pillow (the install line in ManPage must have it); each rank
+    records the versions it imported from the fork's environment, not ours."""
+    gen = cli("open", "training", "retinanet", "datagen", "-np", "2", "-dd", other_fs_dir, "-sn", "s", "-rd", results,
+              "-aip", "--params", "dataset.num_files_train=4", "dataset.record_length_bytes=65536",
+              "dataset.record_length_bytes_stdev=0", "--dlio-bin-path", FORK_BIN)
+    assert gen.rc == 0, gen.err
+    assert len(list((other_fs_dir / "retinanet" / "train").rglob("*.jpeg"))) == 4
+    engine = dlio_engine.detect(FORK_BIN)
+    assert f"engine: dlio_benchmark {engine.version} at {engine.location} (from --dlio-bin-path" in gen.err
+    (leaf,) = all_leaves(results)
+    prov = json.loads((leaf / "provenance.json").read_text())
+    (host,) = prov["libraries"]["hosts"]
+    assert host["ranks"] == [0, 1] and host["python"] == engine.python
+    dlio_record = host["libraries"]["dlio_benchmark"]
+    assert dlio_record["version"] == engine.version and dlio_record["file"].startswith(engine.location)
+    assert dlio_record.get("commit", "unknown") == engine.stamp["commit"]
+    fork_env = str(Path(FORK_BIN).absolute().parent)
+    for module in ("numpy", "torch", "mpi4py"):  # the fork's environment, not ours
+        assert host["libraries"][module]["file"].startswith(fork_env), (module, host["libraries"][module])
+    assert prov["engine"] == engine.identity()
+
+
+@pytest.mark.heavy
+@needs_fork
 def test_object_training_runs_on_the_forks_own_s3dlio_path(cli, results, s3_endpoint):
     data = f"s3://{s3_endpoint.bucket()}/data"
     fork = ["--dlio-bin-path", FORK_BIN]
@@ -234,6 +283,13 @@ def test_object_training_runs_on_the_forks_own_s3dlio_path(cli, results, s3_endp
     workload = json.loads(next(leaf.glob("training_*_metadata.json")).read_text())["engine_parameters"]["workload"]
     assert workload["storage"] == {"storage_type": "s3", "storage_root": data.split("/")[2], "storage_library": "s3dlio"}
     assert "reader_classname" not in workload["reader"]  # no plug-in of ours
+    # the s3dlio that did the I/O is the fork environment's, as its ranks imported it
+    prov = json.loads((leaf / "provenance.json").read_text())
+    (host,) = prov["libraries"]["hosts"]
+    s3dlio_record = host["libraries"]["s3dlio"]
+    assert s3dlio_record["file"].startswith(str(Path(FORK_BIN).absolute().parent))
+    assert prov["storage_library"] == {"name": "s3dlio", "version": s3dlio_record["version"]}
+    assert prov["provenance"]["storage_library"] == "ranks"
     assert_no_secret(results)
 
 
@@ -258,4 +314,8 @@ def test_fork_training_across_two_hosts(cli, results, other_fs_dir, sim_hosts):
     assert between["summary"] == "dropped" and sorted(h["hostname"] for h in between["hosts"]) == sorted(hosts)
     summary = json.loads((leaf / "summary.json").read_text())
     assert summary["num_accelerators"] == 2 and summary["num_hosts"] == 2
-    assert json.loads((leaf / "provenance.json").read_text())["dlio"]["version"].startswith("3.0.")
+    prov = json.loads((leaf / "provenance.json").read_text())
+    assert prov["dlio"]["version"].startswith("3.0.")
+    # each host's rank recorded the fork it imported there
+    assert [(h["hostname"], h["ranks"]) for h in prov["libraries"]["hosts"]] == sorted(zip(hosts, ([0], [1])))
+    assert {h["libraries"]["dlio_benchmark"]["version"] for h in prov["libraries"]["hosts"]} == {prov["dlio"]["version"]}

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from statistics import fmean
 
+import numpy as np
 import pytest
 import yaml
 
@@ -278,6 +279,11 @@ def test_open_run_two_ranks_isolated_and_aggregated(cli, results, cache_dir, sma
     stamp_file = json.loads((leaf / "provenance.json").read_text())
     assert stamp_file["core_config"]["allowlist"] == "kv_cache@1"
     assert stamp_file["dlio"]["source"] == "kv-cache.py"
+    # every kv-cache.py rank (3 Options x 2 ranks, one host) recorded the numpy it imported
+    (host,) = stamp_file["libraries"]["hosts"]
+    assert host["ranks"] == [0, 1] and host["libraries"]["numpy"]["version"] == np.__version__
+    assert stamp_file["engine"]["name"] == "kv-cache.py" and "through mlperf_wrapper.py" in stamp_file["engine"]["origin"]
+    assert "engine: kv-cache.py " in res.err
     assert all(k.split(".")[0] in ("options", "sequence", "global") for k in stamp_file["core_config"]["keys"])
     assert not any(cache_dir.glob("rank_*/*.npy"))  # every rank removed its KV files
 

@@ -74,6 +74,11 @@ def test_datagen_then_run_through_dlio(cli, results, data_dir):
     assert meta["cluster_information"]["hosts"][0]["memory_total_bytes"] > 0
     assert meta["page_cache"]["dataset_fits_in_client_memory"] is True
     assert "mlpstorage_py.benchmarks.dlio_rank" in meta["executed_command"] and "{leaf}" not in meta["executed_command"]
+    # DLIO's ranks recorded what they imported: DLIO 2.0.0 and torch from this environment
+    (host,) = meta["libraries_by_host"]
+    assert host["ranks"] == [0, 1] and host["libraries"]["dlio_benchmark"]["version"] == "2.0.0"
+    assert host["libraries"]["torch"]["file"].startswith(str(Path(os.sys.executable).parent.parent))
+    assert "engine: dlio_benchmark 2.0.0 at " in run.err and "(PyPI default" in run.err
     # the page cache is dropped before the run and between the two epochs, on every host (here one)
     assert meta["page_cache"]["before_run"] == "dropped"
     (boundary,) = meta["page_cache"]["between_epochs"]

@@ -237,6 +237,9 @@ def test_hnsw_on_milvus_lite_end_to_end(cli, results, tmp_path, monkeypatch):
     assert low["search_params"] == {"ef": 10} and high["search_params"] == {"ef": 1024}
     run_leaf = vdb_leaves(results, "run")[-1]
     assert len((run_leaf / "vectordb_worker_0.csv").read_text().splitlines()) == 1 + 6
+    (host,) = metadata(run_leaf)["libraries_by_host"]  # the two query workers, as they imported numpy
+    assert host["ranks"] == [0, 1] and host["libraries"]["numpy"]["version"] == np.__version__
+    assert metadata(run_leaf)["engine_identity"]["name"] == "pymilvus"
     assert json.loads((run_leaf / "result_verdict.json").read_text())["flat_setup"]["coverage"] == 1.0
 
     # a run whose dimension or index differs from the collection is refused (Rules 5.1.2, 5.2.2)

@@ -55,6 +55,14 @@ class Plan:
     # (stamp, provenance tag) of the DLIO that runs the work, when the benchmark detected one
     # (benchmarks.dlio_engine); None: provenance reads this environment's.
     dlio_engine: tuple[dict[str, str], str] | None = None
+    # What runs the work, as the run and whatif print it: name, version, path and origin (where
+    # it came from: the PyPI default, --dlio-bin-path, MLPSTORAGE_DLIO_BIN_PATH, our engine, ...).
+    engine_identity: dict[str, str] | None = None
+
+
+def engine_line(identity: dict[str, str]) -> str:
+    """The one line naming the engine: `engine: dlio_benchmark 3.0.2 at PATH (from --dlio-bin-path DIR)`."""
+    return f"engine: {identity['name']} {identity['version']} at {identity['path']} ({identity['origin']})"
 
 
 class Benchmark(abc.ABC):

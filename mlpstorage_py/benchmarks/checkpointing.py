@@ -14,13 +14,14 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py import progress
+from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import dlio_checkpointing, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.checkpoint import engine as checkpoint_engine
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
-from mlpstorage_py.launch import hostinfo
+from mlpstorage_py.launch import hostinfo, libraries
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import require_success, run_logged
@@ -29,6 +30,8 @@ from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 
 ENGINE = ENGINE_NAME
+ENGINE_IDENTITY = {"name": ENGINE_NAME, "version": __version__, "path": checkpoint_engine.__file__,
+                   "origin": "our checkpoint engine: python -m mlpstorage_py.checkpoint.engine, one per MPI rank"}
 # Model-shape keys OPEN/whatif may scale down for tests and demos (Rules 4.6.3 forbids them in CLOSED).
 SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
               "model.num_kv_heads", "model.vocab_size")
@@ -70,13 +73,14 @@ class CheckpointingBenchmark(Benchmark):
         plan = Plan(parameters=parameters, num_processes=processes, accelerator=req.arg("accelerator_type"),
                     override_parameters=overrides, verification=verification,
                     data_dir=Path(ckpt["checkpoint_folder"]).parent if folder and req.storage == "file" else None,
-                    storage_library=s3.library() if req.storage == "object" else None)
+                    storage_library=s3.library() if req.storage == "object" else None,
+                    engine_identity=ENGINE_IDENTITY)
         plan.engine_parameters = {"engine": ENGINE, "checkpoint_bytes": layout.total_bytes,
                                   "checkpoint_size_GB": layout.total_gib,
                                   "bytes_per_rank": [layout.rank_bytes(r) for r in range(processes)]}
         program = [sys.executable, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
                    "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
-                   "--num-write", str(writes), "--num-read", str(reads)]
+                   "--num-write", str(writes), "--num-read", str(reads), "--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
         if req.arg("o_direct"):
             if req.storage == "object":
                 raise UsageError("--o-direct applies to files; an object run has no page cache to bypass")

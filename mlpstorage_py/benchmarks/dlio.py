@@ -13,6 +13,7 @@ import yaml
 
 from mlpstorage_py.benchmarks import dlio_engine
 from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, mpi_command
 
 HYDRA_SUBDIR = "dlio_config"
@@ -80,10 +81,10 @@ def command(opts: MpiOptions, processes: int, workload_name: str, *, engine: dli
             s3dlio: bool = False, epoch_cache: bool = False, output: str = LEAF,
             writer_record: str | None = None) -> list[str]:
     """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders. Every rank runs the engine's
-    DLIO main through benchmarks/dlio_rank.py (abort the job on a rank's exception; optionally the
-    s3dlio plug-ins, a page-cache drop on every host between epochs, and a record of the
-    checkpoint writer the fork chose)."""
-    rank = engine.rank_program()
+    DLIO main through benchmarks/dlio_rank.py (abort the job on a rank's exception; record the
+    libraries each rank imported in the leaf; optionally the s3dlio plug-ins, a page-cache drop
+    on every host between epochs, and a record of the checkpoint writer the fork chose)."""
+    rank = engine.rank_program() + ["--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
     if s3dlio:
         rank.append("--s3dlio")
     if epoch_cache:

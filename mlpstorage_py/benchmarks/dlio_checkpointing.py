@@ -44,7 +44,7 @@ def plan_phases(req_args: dict[str, Any], model: str, storage: str, plan: Plan) 
                          "tool's mlpstorage_py.checkpointing module, which this tool does not provide")
     if req_args.get("o_direct"):
         raise UsageError("--o-direct is our engine's; the fork chooses O_DIRECT through storage.storage_type direct_fs")
-    runner = dlio_engine.detect(req_args.get("dlio_bin_path"))
+    runner = dlio_engine.from_args(req_args)
     if not runner.table.get("checkpoint_workflow"):
         raise NotAvailable(f"DLIO {runner.version} has no checkpoint-only workflow; --engine dlio needs the working "
                            "group's DLIO 3.0.x (install it in another environment and name it with --dlio-bin-path)")
@@ -65,6 +65,7 @@ def plan_phases(req_args: dict[str, Any], model: str, storage: str, plan: Plan) 
                                      writer_record=f"{out}/{WRITER_FILE}"))
     plan.commands = commands
     plan.dlio_engine = (runner.stamp, runner.stamp_tag)
+    plan.engine_identity = runner.identity()
     assert plan.engine_parameters is not None
     plan.engine_parameters.update(engine=runner.name, dlio=runner.record(), workloads=workloads, not_passed=dropped,
                                   phases=list(workloads))

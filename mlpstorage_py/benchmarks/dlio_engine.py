@@ -6,6 +6,7 @@ version picks the translation table configs/dlio/engines/dlio-<version>.yaml."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,10 +26,12 @@ from mlpstorage_py.results.provenance import stamp_from_metadata
 DIST = "dlio-benchmark"
 # Reading another environment's package metadata starts its interpreter once: seconds at most.
 PROBE_TIMEOUT_S = 60.0
-_PROBE = ("import json, importlib.metadata as m\n"
+_PROBE = ("import json, importlib.metadata as m, importlib.util as u\n"
           "try:\n    d = m.distribution('dlio-benchmark')\n"
           "except m.PackageNotFoundError:\n    print(json.dumps(None))\n"
-          "else:\n    print(json.dumps({'version': d.version, 'direct_url': d.read_text('direct_url.json')}))\n")
+          "else:\n    s = u.find_spec('dlio_benchmark')\n"
+          "    print(json.dumps({'version': d.version, 'direct_url': d.read_text('direct_url.json'),\n"
+          "                      'location': s.submodule_search_locations[0] if s else None}))\n")
 # How a rank of another environment's Python finds our package without installing it there:
 # our source root first on sys.path, then dlio_rank's main. Our package has no module
 # mlpstorage_py.checkpointing (the reference tool's writer that the fork imports first), so the
@@ -46,6 +49,12 @@ class Engine:
     stamp_tag: str
     bin_dir: str | None = None  # set for --dlio-bin-path
     table: dict[str, Any] = field(default_factory=dict, compare=False)
+    location: str = "unknown"  # the dlio_benchmark package directory
+    origin: str = "unknown"  # where it came from, as the run prints it
+
+    def identity(self) -> dict[str, str]:
+        """What the run and whatif print (Plan.engine_identity)."""
+        return {"name": "dlio_benchmark", "version": self.version, "path": self.location, "origin": self.origin}
 
     @property
     def name(self) -> str:
@@ -105,8 +114,30 @@ def probe(python: str, timeout: float = PROBE_TIMEOUT_S) -> dict[str, Any] | Non
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def detect(bin_path: str | None = None) -> Engine:
-    """The DLIO to run: this environment's, or the one in --dlio-bin-path DIR."""
+def _default_origin(stamp: dict[str, str]) -> str:
+    if stamp["source"] == "pypi":
+        return "PyPI default: the dlio-benchmark installed beside mlpstorage"
+    return f"default: the dlio-benchmark installed beside mlpstorage, from {stamp['source']}"
+
+
+def bin_directory(bin_path: str) -> Path:
+    """--dlio-bin-path names the environment's bin directory, or the dlio_benchmark script in it."""
+    given = Path(bin_path).expanduser().absolute()
+    if given.is_file() and given.name == "dlio_benchmark":
+        return given.parent
+    if not given.is_dir():
+        raise UsageError(f"--dlio-bin-path {bin_path}: neither a directory nor a dlio_benchmark script")
+    return given
+
+
+def from_args(args: dict[str, Any]) -> Engine:
+    """The engine a command's settings name (main.parse records when the path came from the environment)."""
+    return detect(args.get("dlio_bin_path"), args.get("_dlio_bin_path_from") or "--dlio-bin-path")
+
+
+def detect(bin_path: str | None = None, origin: str = "--dlio-bin-path") -> Engine:
+    """The DLIO to run: this environment's, or the one of the environment --dlio-bin-path names
+    (`origin`: the flag or MLPSTORAGE_DLIO_BIN_PATH, where the path came from)."""
     if not bin_path:
         try:
             dist = metadata.distribution(DIST)
@@ -114,16 +145,18 @@ def detect(bin_path: str | None = None) -> Engine:
             raise NotAvailable("DLIO (dlio-benchmark) is not installed; run `make install`, "
                                "or name another environment's with --dlio-bin-path") from None
         stamp, tag = stamp_from_metadata(dist.version, dist.read_text("direct_url.json"))
-        return Engine(sys.executable, dist.version, stamp, tag, None, table_for(dist.version))
-    bin_dir = Path(bin_path).expanduser().absolute()
-    if not bin_dir.is_dir():
-        raise UsageError(f"--dlio-bin-path {bin_path}: not a directory")
+        spec = importlib.util.find_spec("dlio_benchmark")
+        location = list(spec.submodule_search_locations or ["unknown"])[0] if spec else "unknown"
+        return Engine(sys.executable, dist.version, stamp, tag, None, table_for(dist.version), location,
+                      _default_origin(stamp))
+    bin_dir = bin_directory(bin_path)
     python = _python_of(bin_dir)
     found = probe(str(python))
     if found is None:
         raise NotAvailable(f"--dlio-bin-path {bin_path}: {python} has no dlio-benchmark installed")
     stamp, tag = stamp_from_metadata(found["version"], found["direct_url"])
-    return Engine(str(python), found["version"], stamp, tag, str(bin_dir), table_for(found["version"]))
+    return Engine(str(python), found["version"], stamp, tag, str(bin_dir), table_for(found["version"]),
+                  found.get("location") or "unknown", f"from {origin} {bin_dir}")
 
 
 def packaged_workloads(engine: Engine) -> set[str]:

@@ -9,6 +9,9 @@ DLIO's own main, unchanged in what it measures, with three things around it:
 - `--writer-record FILE`: once DLIO has finished, rank 0 writes which checkpoint writer the
   fork (3.0.x) loaded: the reference tool's `mlpstorage_py.checkpointing.StreamingCheckpointing`
   (which our package does not provide) or the fork's own fallback writer;
+- `--libraries DIR`: once DLIO has finished (or failed), every rank records the DLIO, s3dlio,
+  torch, numpy and mpi4py it imported (launch/libraries.py): the engine's environment, which
+  may not be the launcher's;
 - any rank's uncaught exception (Hydra turns one into exit 1) aborts the whole MPI job at once,
   after printing the traceback: a rank that fails must not leave the others waiting forever in
   a collective (DLIO 2.0.0's IndexError with a file count that does not divide by the ranks);
@@ -118,6 +121,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--s3dlio", action="store_true")
     parser.add_argument("--epoch-cache")
     parser.add_argument("--writer-record")
+    parser.add_argument("--libraries")
     opts = parser.parse_args(argv[:split])
     sys.argv = ["dlio_benchmark", *argv[split + 1:]]
     if opts.s3dlio:
@@ -138,14 +142,24 @@ def main(argv: list[str]) -> None:
         if exc.code not in (0, None):
             print(f"dlio_rank: DLIO exited with {exc.code} on {socket.gethostname()}; aborting the MPI job",
                   file=sys.stderr)
+            _finish(opts, rank, ok=False)
             _abort(int(exc.code) if isinstance(exc.code, int) else 1)
-        if opts.writer_record:
-            record_writer(opts.writer_record, rank)
+        _finish(opts, rank, ok=True)
         raise
     except BaseException:
         traceback.print_exc()
+        _finish(opts, rank, ok=False)
         _abort(1)
-    if opts.writer_record:
+    _finish(opts, rank, ok=True)
+
+
+def _finish(opts: argparse.Namespace, rank: int, ok: bool) -> None:
+    """What a rank records once DLIO is done: its libraries always, the writer on success."""
+    if opts.libraries:
+        from mlpstorage_py.launch import libraries
+
+        libraries.report(opts.libraries)
+    if ok and opts.writer_record:
         record_writer(opts.writer_record, rank)
 
 

@@ -28,12 +28,13 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py import progress
+from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import kvcache_hosts, workloads
 from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
                                   PermissionDenied, TimeoutExpired, UsageError)
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import error_line, run_logged
@@ -230,11 +231,14 @@ class KVCacheBenchmark(Benchmark):
             for trial in range(sequence["trials"]):
                 program = [sys.executable, str(wrapper), "--rank-output-base", f"{LEAF}/option_{key}/trial_{trial}",
                            "--rank-cache-base", cache, "--seed-base", str(sequence["seed"]), "--timestamp", STAMP,
+                           "--libraries", f"{LEAF}/{libraries.DIR_NAME}", "--kv-cache", str(wrapper.parent / ENGINE),
                            "--", *args]
                 commands.append(mpi_command(mpi, layout.total_ranks, program))
         plan = Plan(parameters=parameters, num_processes=layout.total_ranks, override_parameters=overrides,
                     verification=verification, commands=commands,
-                    data_dir=Path(cache) if cache_dir else None)
+                    data_dir=Path(cache) if cache_dir else None,
+                    engine_identity={"name": ENGINE, "version": __version__, "path": str(wrapper.parent / ENGINE),
+                                     "origin": "kv-cache.py of this source tree, one per MPI rank through mlperf_wrapper.py"})
         plan.engine_parameters = {"engine": ENGINE, "wrapper": str(wrapper), "cache_dir": cache,
                                   "config_file": config_path, "hosts": list(layout.hosts), "npernode": layout.npernode,
                                   "host_count": len(layout.hosts), "total_ranks": layout.total_ranks,

@@ -114,7 +114,9 @@ class TrainingBenchmark(Benchmark):
         data_dir = req.arg("data_dir")
         plan = Plan(parameters=parameters, num_processes=int(req.arg("max_accelerators")),
                     accelerator=req.arg("accelerator_type"), override_parameters=overrides, verification=verification,
-                    data_dir=Path(data_dir) if data_dir else None)
+                    data_dir=Path(data_dir) if data_dir else None,
+                    engine_identity={"name": "mlpstorage", "version": __version__, "path": __file__,
+                                     "origin": "the Rules 3.1.2 calculation in mlpstorage itself; datasize runs no DLIO"})
         if req.mode == "whatif":  # plan only: size for this host, measured here
             plan.client_hosts = [{"host": "localhost", **hostinfo.local_facts(), "ranks": [0], "collection_method": "local"}]
             self._size(plan)
@@ -184,7 +186,7 @@ class TrainingBenchmark(Benchmark):
         for section, values in data.engine_location().items():
             for key, value in values.items():
                 overrides.setdefault(f"{section}.{key}", str(value))
-        runner = dlio_engine.detect(req.arg("dlio_bin_path"))
+        runner = dlio_engine.from_args(req.args)
         if data.storage == "object" and runner.native_object_storage:
             for key, value in runner.table["object_storage"].items():
                 overrides.setdefault(f"storage.{key}", str(value))
@@ -203,7 +205,7 @@ class TrainingBenchmark(Benchmark):
                     engine_parameters={"engine": runner.name, "dlio": runner.record(), "workload": engine,
                                        "not_passed": dropped},
                     storage_library=s3.library() if data.storage == "object" else None,
-                    dlio_engine=(runner.stamp, runner.stamp_tag))
+                    dlio_engine=(runner.stamp, runner.stamp_tag), engine_identity=runner.identity())
         plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), self._workload_name(),
                                       engine=runner, s3dlio=plugin,
                                       epoch_cache=req.command == "run" and data.storage == "file")]

@@ -9,6 +9,7 @@ request, and a run only reports figures when every row is searched through the n
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,13 @@ class VectorDBBenchmark(Benchmark):
         if request.arg("host") or request.arg("port"):
             where = f"{request.arg('host') or '127.0.0.1'}:{request.arg('port') or 19530}"
             self.engine = f"pymilvus {pymilvus} / Milvus server at {where}"
+            origin = f"pymilvus of this environment, a client of the Milvus server at {where}"
         else:
             self.engine = f"pymilvus {pymilvus} / Milvus Lite {package_version('milvus-lite')}"
+            origin = f"pymilvus of this environment with Milvus Lite {package_version('milvus-lite')}, embedded"
+        spec = importlib.util.find_spec("pymilvus")
+        self.identity = {"name": "pymilvus", "version": pymilvus, "origin": origin,
+                         "path": list(spec.submodule_search_locations or ["unknown"])[0] if spec else "unknown"}
 
     def leaf_tail(self) -> Path:
         req = self.request
@@ -104,7 +110,7 @@ class VectorDBBenchmark(Benchmark):
         data_dir = Path(storage_root) if storage_root and req.storage == "file" else None
         processes = parameters["run"]["num_query_processes"] if req.command == "run" else 1
         plan = Plan(parameters=parameters, num_processes=int(processes), override_parameters=overrides,
-                    verification=verification, data_dir=data_dir)
+                    verification=verification, data_dir=data_dir, engine_identity=self.identity)
         plan.engine_parameters = {"engine": self.engine, "backend": self._backend_kind(parameters)}
         if req.command == "run":
             vectordb_run.check_clients(req.args, parameters["database"])

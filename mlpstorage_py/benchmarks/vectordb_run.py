@@ -17,6 +17,7 @@ from typing import Any
 
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.results.io import read_json, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
@@ -228,6 +229,7 @@ class QueryRun:
                 "limit": k, "metric_type": metric, "search_params": search["search_params"],
                 "anns_field": VECTOR_FIELD, "runtime": run["runtime"], "total_queries": run["queries"],
                 "report_count": run["report_count"], "output_csv": str(self.leaf / f"vectordb_worker_{w}.csv"),
+                "libraries_dir": str(self.leaf / libraries.DIR_NAME),
                 "latency_path": str(scratch / f"latency_{w}.npy"),
             } for w in range(run["num_query_processes"])]
             result = run_workers(specs, start_timeout=timeouts.worker_start,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from mlpstorage_py.checker import files
 from mlpstorage_py.checker.package import TIMESTAMP, Package
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.results import code_image
 from mlpstorage_py.rules import tables
 
@@ -210,14 +211,39 @@ def comparability_class(pkg: Package) -> Iterable[Finding]:
                           f"core config {digest} of {leaf.benchmark} {leaf.model} ({accelerator}) is in no comparability class")
 
 
+def _hosts(stamp: dict) -> list[dict]:
+    """The per-host records of what the ranks imported (launch/libraries.py); [] for a leaf
+    written before they were recorded, whose launcher-side fields are then judged."""
+    return libraries.host_entries(stamp.get("libraries"))
+
+
+def _by_value(hosts: list[dict], value: Callable[[dict], str]) -> dict[str, list[str]]:
+    """{value(host entry): [hostnames]}, in host order."""
+    grouped: dict[str, list[str]] = {}
+    for entry in hosts:
+        names = grouped.setdefault(value(entry), [])
+        if entry["hostname"] not in names:
+            names.append(entry["hostname"])
+    return grouped
+
+
 @rule("EDN-03", "dlioRevision", parts=True)
 def dlio_revision(pkg: Package) -> Iterable[Finding]:
-    """A stamped run leaf's DLIO commit is in its edition's accepted list (else a warning)."""
+    """A stamped run leaf's DLIO commit, as each host's ranks imported it, is in its edition's accepted list (else a warning)."""
     for leaf in pkg.leaves:
         stamp = leaf.provenance
         if leaf.command != "run" or not stamp or leaf.benchmark not in ("training", "checkpointing"):
             continue
         accepted = tables.edition(leaf.stamped_edition).get("dlio_revisions", []) if leaf.stamped_edition in tables.editions()["editions"] else []
+        hosts = _hosts(stamp)
+        if hosts:
+            ran = [h for h in hosts if isinstance(h["libraries"].get("dlio_benchmark"), dict)]  # none: our engine ran
+            commits = _by_value(ran, lambda h: str(h["libraries"]["dlio_benchmark"].get("commit", "unknown")))
+            for commit, names in commits.items():
+                if commit not in accepted:
+                    yield finding("EDN-03", WARNING, leaf.path, f"DLIO commit {commit}, imported by the ranks on "
+                                                                f"{', '.join(names)}, is not an accepted {leaf.stamped_edition} revision")
+            continue
         commit = str(section(stamp, "dlio").get("commit", "unknown"))
         if commit != "n/a" and commit not in accepted:
             yield finding("EDN-03", WARNING, leaf.path, f"DLIO commit {commit} is not an accepted {leaf.stamped_edition} revision")
@@ -234,9 +260,10 @@ def checkable_edition(pkg: Package) -> Iterable[Finding]:
 
 @rule("EDN-05", "storageLibraryVersion", parts=True)
 def storage_library_version(pkg: Package) -> Iterable[Finding]:
-    """A stamped object run leaf's storage library version is in its edition's accepted list (else a warning).
+    """A stamped object run leaf's storage library version, as each host's ranks imported it, is in its edition's accepted list (else a warning).
 
-    The list is editions.yaml's storage_libraries; file runs record no library and are skipped."""
+    The list is editions.yaml's storage_libraries; file runs record no library and are skipped.
+    A leaf written before the ranks' versions were recorded is judged by storage_library.version."""
     known = tables.editions()["editions"]
     for leaf in pkg.leaves:
         stamp = leaf.provenance
@@ -248,11 +275,33 @@ def storage_library_version(pkg: Package) -> Iterable[Finding]:
             continue  # a file run: no client storage library
         edition = leaf.stamped_edition
         accepted = (tables.edition(edition).get("storage_libraries") or {}).get(name, []) if edition in known else []
-        version = str(library.get("version", "unknown"))
-        if version not in accepted:
-            listed = ", ".join(accepted) or "none"
-            yield finding("EDN-05", WARNING, leaf.path / "provenance.json",
-                          f"storage library {name} {version} is not an accepted {edition} version (accepted: {listed})")
+        listed = ", ".join(accepted) or "none"
+        where = leaf.path / "provenance.json"
+        hosts = _hosts(stamp) if name in libraries.LIBRARIES else []
+        if not hosts:
+            version = str(library.get("version", "unknown"))
+            if version not in accepted:
+                yield finding("EDN-05", WARNING, where,
+                              f"storage library {name} {version} is not an accepted {edition} version (accepted: {listed})")
+            continue
+        for version, names in _by_value(hosts, lambda h: libraries.version_of(h, name)).items():
+            if version == libraries.NOT_IMPORTED:
+                yield finding("EDN-05", WARNING, where, f"the ranks on {', '.join(names)} did not import {name}: "
+                                                        "the version that did their object I/O is not recorded")
+            elif version not in accepted:
+                yield finding("EDN-05", WARNING, where, f"storage library {name} {version}, imported by the ranks on "
+                                                        f"{', '.join(names)}, is not an accepted {edition} version (accepted: {listed})")
+
+
+@rule("EDN-06", "libraryVersionsAcrossHosts", parts=True)
+def library_versions_across_hosts(pkg: Package) -> Iterable[Finding]:
+    """A leaf whose ranks imported DLIO, s3dlio, torch, numpy or mpi4py at different versions on different hosts (a warning naming them)."""
+    for leaf in pkg.leaves:
+        stamp = leaf.provenance
+        if not stamp or "__unreadable__" in stamp:
+            continue
+        for module, by_version in libraries.disagreements(_hosts(stamp)):
+            yield finding("EDN-06", WARNING, leaf.path / "provenance.json", libraries.describe(module, by_version))
 
 
 def _ids(path: Path) -> set[str]:

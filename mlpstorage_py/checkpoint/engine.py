@@ -35,6 +35,7 @@ from typing import Any, Callable, TypeVar
 
 from mlpstorage_py import __version__
 from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
 from mlpstorage_py.storage.posix import PosixStore
@@ -96,6 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              f"{OBJECT_BLOCK_SIZE} for s3:// objects)")
     parser.add_argument("--o-direct", action="store_true",
                         help="O_DIRECT writes and reads (bypass the page cache; files only; an OPEN option)")
+    parser.add_argument("--libraries", help="directory where each rank records the libraries it imported, when done")
     opts = parser.parse_args(argv)
     if opts.num_write < 0 or opts.num_read < 0 or opts.num_write + opts.num_read == 0:
         parser.error("--num-write and --num-read must be >= 0 and not both 0")
@@ -485,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         engine.close()
+        if opts.libraries:
+            libraries.report(opts.libraries, engine.rank)
     return 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
+from mlpstorage_py.launch import libraries
 from mlpstorage_py.results.code_image import git_sha, pointer_text, source_root
 from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.rules.core_config import core_config
@@ -15,7 +16,7 @@ from mlpstorage_py.rules.core_config import core_config
 FILE_NAME = "provenance.json"
 SCHEMA = "mlps-run-provenance/1"
 UNKNOWN = "unknown"
-TAGS = ("runtime", "tool-constant", "package-metadata", "direct-url", "code-hash-json",
+TAGS = ("runtime", "ranks", "tool-constant", "package-metadata", "direct-url", "code-hash-json",
         "uv-lock", "declared", "inferred", "n/a", "unknown")
 
 
@@ -42,19 +43,29 @@ def stamp_from_metadata(version: str | None, direct: str | None) -> tuple[dict[s
 
 def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str | None,
           storage_library: dict[str, str] | None = None,
-          dlio_engine: tuple[dict[str, str], str] | None = None) -> dict[str, Any]:
+          dlio_engine: tuple[dict[str, str], str] | None = None,
+          engine_identity: dict[str, str] | None = None,
+          rank_libraries: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The stamp for one leaf; every value is a string or number, never null. `engine` names
     what ran the workload when it was not DLIO (the dlio block then says n/a); `dlio_engine`
     is the (stamp, tag) of the DLIO that ran when the benchmark chose one (--dlio-bin-path,
-    checkpointing's --engine dlio)."""
+    checkpointing's --engine dlio); `engine_identity` is what the run printed as its engine
+    (name, version, path, origin); `rank_libraries` the per-host records of what the ranks
+    imported (launch/libraries.collect), which also give storage_library its version when
+    every host imported the same one."""
     if dlio_engine is not None:
         dlio, dlio_tag = dlio_engine
     elif engine is None:
         dlio, dlio_tag = dlio_stamp()
     else:
         dlio, dlio_tag = {"version": "n/a", "source": engine, "commit": "n/a"}, "n/a"
-    storage = storage_library or {"name": "none"}
-    return {
+    storage = dict(storage_library or {"name": "none"})
+    storage_tag = "runtime" if storage.get("name") != "none" else "n/a"
+    if rank_libraries and storage.get("name") in libraries.LIBRARIES:
+        seen = {libraries.version_of(e, storage["name"]) for e in rank_libraries} - {libraries.NOT_IMPORTED}
+        if len(seen) == 1:
+            storage["version"], storage_tag = seen.pop(), "ranks"
+    stamp: dict[str, Any] = {
         "schema": SCHEMA,
         "rules_edition": RULES_EDITION,
         "layout_version": LAYOUT_VERSION,
@@ -74,10 +85,17 @@ def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str |
             "layout_version": "tool-constant",
             "tool": "package-metadata",
             "dlio": dlio_tag,
-            "storage_library": "runtime" if storage.get("name") != "none" else "n/a",
+            "storage_library": storage_tag,
             "core_config": "runtime",
         },
     }
+    if engine_identity:
+        stamp["engine"] = dict(engine_identity)
+        stamp["provenance"]["engine"] = "runtime"
+    if rank_libraries:
+        stamp["libraries"] = {"hosts": rank_libraries}
+        stamp["provenance"]["libraries"] = "ranks"
+    return stamp
 
 
 def write(leaf: Path, stamp: dict[str, Any]) -> None:

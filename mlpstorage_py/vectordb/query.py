@@ -6,7 +6,8 @@ ready, and start together. Batch g (global numbering) holds queries g*B .. g*B+B
 query set, cycling; worker w issues batches w, w+P, w+2P, ... so the same seed and settings
 issue the same queries in the same batches every time. A worker times every search call
 (perf_counter around the call), keeps the first result list of each query index for recall,
-and writes its batch timings to the leaf.
+and writes its batch timings to the leaf, then records the libraries it imported
+(launch/libraries.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
+from mlpstorage_py.launch import libraries
 
 CSV_HEADER = "batch,first_query,batch_size,start_s,latency_ms,ok\n"
 
@@ -88,6 +90,7 @@ def worker_main(spec: dict[str, Any], messages: Any, start: Any) -> None:  # pra
             fh.writelines(f"{g},{first},{size},{start_s:.6f},{ms:.6f},1\n" for g, first, size, start_s, ms in timings)
         np.save(spec["latency_path"], np.array([(size, ms) for _, _, size, _, ms in timings], dtype=np.float64).reshape(-1, 2))
         client.close()
+        libraries.report(spec["libraries_dir"], w)
         messages.put(("done", w, {"batches": len(timings), "queries": done_queries, "start": started_wall,
                                   "end": ended_wall, "seconds": elapsed_total, "hits": hits}))
     except BaseException as exc:  # noqa: BLE001 - report, never hang the parent

@@ -10,6 +10,7 @@ ranks connect and run one untimed warm-up batch, then meet at a barrier; each ti
 from the barrier on its own monotonic clock (no cross-host clock comparison). Each writes
 vectordb_rank_<r>.json into the leaf with its hostname, its raw per-batch latencies and the
 first result list of each query index it issued; the parent aggregates (clients.aggregate).
+It then records the libraries it imported (launch/libraries.py) in the leaf's rank_libraries/.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from mlpstorage_py.launch import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
 
@@ -112,6 +115,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
         spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
         record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name())
         write_atomic(rank_path(Path(spec["leaf"]), rank), record)
+        libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
     except BaseException as exc:  # noqa: BLE001 - one line for the parent, then stop the whole job
         # The one-line cause first: the parent quotes the first exception line it finds.
         sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
