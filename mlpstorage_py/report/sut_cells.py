@@ -5,6 +5,7 @@ Provisioned Power (W) the nameplate power of the storage system's own PSUs."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mlpstorage_py.checker.structure_helpers import as_int, as_number
@@ -76,7 +77,7 @@ def rack_units(sut: dict[str, Any]) -> int | None:
 
 def _tib(value: Any) -> float | int | None:
     number = as_number(value)
-    return None if number is None else int(number) if number.is_integer() else number
+    return None if number is None or not math.isfinite(number) else int(number) if number.is_integer() else number
 
 
 def cells(doc: Any, system: str) -> dict[str, Any]:
