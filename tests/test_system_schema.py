@@ -137,6 +137,8 @@ MISSING = {
     "more PSUs active than installed": (_set(3, "product_nodes", "0", "chassis", "power", "min_psus_active"),
                                         "min_psus_active is 3, more than the 2 PSU(s) configured"),
     "a count that is not a number": (_set("two", "product_nodes", "0", "quantity"), "quantity is 'two', not a whole number"),
+    "a remap time the simultaneous flags contradict": (_set(30, "solution", "capabilities", "remap_time_in_seconds"),
+                                                       "remap_time_in_seconds is 30: it is 0 exactly when"),
     "an unquoted version": (_set(24.04, "clients", "0", "operating_system", "version"), "is 24.04, not a string (quote it)"),
 }
 

@@ -138,6 +138,14 @@ class Shape:
             for key in ("speed", "traffic"):
                 self.need(port, key, path, "when state is 'up'")
 
+    def _capabilities_rule(self, caps: dict[str, Any], path: str) -> None:
+        """The reference's rule 13 (4.7.3's sentence), for a system 4.7.3 does not judge: the
+        remap time is 0 exactly when both simultaneous flags are true."""
+        write, read, remap = caps.get("simultaneous_write"), caps.get("simultaneous_read"), as_int(caps.get("remap_time_in_seconds"))
+        if isinstance(write, bool) and isinstance(read, bool) and remap is not None and (remap == 0) != (write and read):
+            self.add(_join(path, "remap_time_in_seconds"), f"is {remap}: it is 0 exactly when simultaneous_write and "
+                                                           "simultaneous_read are both true (Rules 4.7.3)")
+
     def _architecture_rule(self, arch: dict[str, Any], path: str) -> None:
         """The reference's rule 14: client_footprint and client_installation are both n/a or neither."""
         footprint, installation = (str(arch.get(k)).casefold() == "n/a" for k in ("client_footprint", "client_installation"))
