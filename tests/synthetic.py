@@ -106,7 +106,7 @@ class Context:
         (leaf / code_image.POINTER_FILE).write_text(self.pointer + "\n", encoding="utf-8")
         commit = tables.edition()["dlio_revisions"][0]
         engine = {"version": "2.0.0", "source": "pypi", "commit": commit} if dlio else \
-            {"version": "n/a", "source": "mlpstorage checkpoint engine", "commit": "n/a"}
+            {"version": "n/a", "source": "mlpstorage-checkpoint-engine", "commit": "n/a"}
         write_json(leaf / "provenance.json", {
             "schema": "mlps-run-provenance/1", "rules_edition": tables.editions()["current_edition"], "layout_version": 3,
             "tool": {"name": "mlpstorage", "version": "3.0.0", "git_sha": "unknown", "code_image": self.pointer},
@@ -311,7 +311,7 @@ def write_checkpointing(ctx: Context) -> None:
                   "num_checkpoints_read": reads, "checkpoint_folder": CHECKPOINT_DIR, "checkpoint_subset": False,
                   "client_host_memory_in_gb": HOST_MEMORY_GIB},
                  params, overrides, mpirun(processes, engine),
-                 engine_parameters={"engine": "mlpstorage checkpoint engine", "checkpoint_size_GB": gib})
+                 engine_parameters={"engine": "mlpstorage-checkpoint-engine", "checkpoint_size_GB": gib})
         ctx.stamp(leaf, "checkpointing", params, end, dlio=False)
 
 

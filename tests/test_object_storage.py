@@ -156,10 +156,11 @@ def test_checkpoint_write_and_read_through_s3dlio(cli, results, s3_endpoint):
     assert rank0["storage"] == "object" and rank0["fsync_calls"] == 0
     assert rank0["cache_policy_applied"] == "not applicable (object storage)"
     prov = json.loads((leaf / "provenance.json").read_text())
-    assert prov["storage_library"]["name"] == "s3dlio" and prov["provenance"]["storage_library"] == "runtime"
+    assert prov["storage_library"]["name"] == "s3dlio" and prov["provenance"]["storage_library"] == "ranks"
     from importlib import metadata
 
-    assert prov["storage_library"]["version"] == metadata.version("s3dlio"), "the exact installed version"
+    (host,) = prov["libraries"]["hosts"]  # the s3dlio the engine's ranks imported, which did the I/O
+    assert prov["storage_library"]["version"] == host["libraries"]["s3dlio"]["version"] == metadata.version("s3dlio")
     meta = json.loads(next(leaf.glob("checkpointing_*_metadata.json")).read_text())
     assert meta["storage"] == "object" and "AWS_SECRET_ACCESS_KEY" in meta["connection_variables"]
     assert meta["parameters"]["checkpoint"]["checkpoint_folder"] == f"s3://{bucket}/ckpts/llama3-8b"
