@@ -105,7 +105,7 @@ def kv_cache_argv(args: argparse.Namespace, forwarded: list[str], rank: int) -> 
 
 
 def die_with_parent() -> None:
-    """SIGTERM this rank (it survives the exec into kv-cache.py) the moment its launcher exits,
+    """SIGTERM this rank (the process that then runs kv-cache.py) the moment its launcher exits,
     even a launcher that dies without passing a signal on: no rank runs on with parent 1."""
     if sys.platform == "linux":
         parent = os.getppid()
