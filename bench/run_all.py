@@ -105,7 +105,7 @@ def kvcache_rows(out: str, _: Path) -> list[Row]:
                             out, re.MULTILINE)
                  or re.findall(rf"^{phase}\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", out, re.MULTILINE))
         ours, fio, ratio = (float(x) for x in found[-1])
-        rows.append(Row("kvcache_vs_fio", f"{phase} / fio", ours, fio, ratio, AT_LEAST, 0.7, "GiB/s"))
+        rows.append(Row("kvcache_vs_fio", f"{phase} / fio", ours, fio, ratio, AT_LEAST, 0.9, "GiB/s"))
     return rows
 
 

@@ -25,7 +25,7 @@ from conftest import REPO
 KV_DIR = REPO / "kv_cache_benchmark"
 sys.path.insert(0, str(KV_DIR))
 
-from kvcache_sim.payload import BLOCK, KVData  # noqa: E402
+from kvcache_sim.payload import BLOCK, KVData, chunks  # noqa: E402
 from kvcache_sim.storage import BadHeader, StorageTier, npy_header, read_npy_header  # noqa: E402
 
 MIB = 1 << 20
@@ -124,6 +124,35 @@ def test_fills_of_the_same_pool_share_no_run_of_bytes():
     data.fill(out)
     chunk = out.tobytes()
     assert zstd_ratio([chunk]) <= 1.01 and duplicate_blocks([chunk]) == 0
+
+
+@needs_zstd
+def test_an_entrys_later_chunks_refreshed_in_place_share_no_run_of_bytes():
+    """chunks() fills an entry's first chunk from the pool and refreshes the same buffer in place
+    for the next ones (a fresh key XORed over it, new stamps): 16 chunks of one buffer must not
+    compress, repeat a block, or lose a stamp, the last one short of a whole block."""
+    data = KVData(1, np.dtype(np.uint8), 1, seed=6)
+    buffer = np.empty(MIB, np.uint8)
+    data.fill(buffer)
+    pieces, first = [buffer.tobytes()], data._stamp
+    for number in range(15):
+        piece = buffer[:MIB - (300 if number == 14 else 0)]
+        data.refresh(piece)
+        pieces.append(piece.tobytes())
+    assert zstd_ratio(pieces) <= 1.01 and duplicate_blocks(pieces) == 0
+    stamps = [int.from_bytes(p[i:i + 8], "little") for p in pieces[1:] for i in range(0, len(p), BLOCK)]
+    assert stamps == list(range(first, first + len(stamps)))
+
+
+def test_a_payload_is_written_through_one_fill_then_refreshes():
+    data = KVData(4, np.dtype(np.uint8), 1, seed=2)
+    calls = []
+    for name in ("fill", "refresh"):
+        real = getattr(data, name)
+        setattr(data, name, lambda out, real=real, name=name: (calls.append((name, out.size)), real(out))[1])
+    buffer = np.empty(64 * BLOCK, np.uint8)
+    moved = b"".join(piece.tobytes() for piece in chunks(data.make(2 * 64 * BLOCK // 4 + 10), buffer))
+    assert calls == [("fill", 64 * BLOCK), ("refresh", 64 * BLOCK), ("refresh", 40)] and len(moved) == 2 * 64 * BLOCK + 40
 
 
 # -- the .npy header parser -------------------------------------------------------------------

@@ -101,6 +101,7 @@ class MultiTierCache:
         self.stats = [TierStats(t.name) for t in tiers]
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified whenever room may have appeared
+        self._waiting = 0  # writers waiting on _room (no notification is needed without one)
         self._index: dict[str, Entry] = {}
         self._lru: list[OrderedDict[str, Entry]] = [OrderedDict() for _ in tiers]
         self._used = [0 for _ in tiers]
@@ -157,14 +158,14 @@ class MultiTierCache:
         except BaseException:
             with self._lock:
                 self._used[index] -= nbytes
-                self._room.notify_all()
+                self._notify_room()
             raise
         entry = Entry(key, nbytes, tokens, index, handle)
         with self._lock:
             stale = self._detach_locked(key)  # a concurrent put of the same key lost the race
             self._index[key] = entry
             self._lru[index][key] = entry
-            self._room.notify_all()
+            self._notify_room()
         if stale is not None:
             self._discard(stale)
         self.stats[index].record_write(nbytes, tokens, timing)
@@ -206,6 +207,11 @@ class MultiTierCache:
             self.rejected = 0
 
     # -- internals -----------------------------------------------------------------------
+    def _notify_room(self) -> None:
+        """Wake writers waiting for room (the caller holds the lock)."""
+        if self._waiting:
+            self._room.notify_all()
+
     def _detach_locked(self, key: str) -> Entry | None:
         """Forget an entry; returns it when its data should be deleted by the caller."""
         entry = self._index.pop(key, None)
@@ -215,7 +221,7 @@ class MultiTierCache:
             return None
         self._lru[entry.tier].pop(key, None)
         self._used[entry.tier] -= entry.nbytes
-        self._room.notify_all()
+        self._notify_room()
         return entry
 
     def _discard(self, entry: Entry) -> None:
@@ -246,7 +252,11 @@ class MultiTierCache:
                     remaining = None if deadline is None else deadline - time.perf_counter()
                     if index != last or remaining is None or remaining <= 0:
                         break
-                    self._room.wait(min(remaining, 0.5))
+                    self._waiting += 1
+                    try:
+                        self._room.wait(min(remaining, 0.5))
+                    finally:
+                        self._waiting -= 1
         return None, victims
 
     def _demote(self, entry: Entry) -> None:
@@ -262,7 +272,7 @@ class MultiTierCache:
             with self._lock:
                 if self._index.get(entry.key) is entry:
                     del self._index[entry.key]
-                self._room.notify_all()
+                self._notify_room()
             with self.stats[source].lock:
                 self.stats[source].evictions += 1
             self.tiers[source].remove(old_handle)
@@ -274,14 +284,14 @@ class MultiTierCache:
         except BaseException:
             with self._lock:
                 self._used[target] -= entry.nbytes
-                self._room.notify_all()
+                self._notify_room()
                 if self._index.get(entry.key) is entry:
                     del self._index[entry.key]
             self.tiers[source].remove(old_handle)
             raise
         with self._lock:
             current = self._index.get(entry.key) is entry
-            self._room.notify_all()
+            self._notify_room()
             if current:
                 entry.tier, entry.handle, entry.moving = target, handle, False
                 self._lru[target][entry.key] = entry

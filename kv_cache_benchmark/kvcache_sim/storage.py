@@ -17,6 +17,7 @@ numpy's write_array_header_1_0, only uses repr.)
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -64,10 +65,16 @@ def _write_all(fd: int, view: Any) -> None:
 
 
 def npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
-    """The .npy (version 1.0) header np.save would write for a C-ordered array."""
+    """The .npy (version 1.0) header np.save would write for a C-ordered array (kept per shape:
+    numpy's writer costs tens of microseconds a call, and a run writes few distinct shapes)."""
+    return _npy_header(tuple(int(x) for x in shape), np.dtype(dtype).str)
+
+
+@functools.lru_cache(maxsize=4096)
+def _npy_header(shape: tuple[int, ...], descr: str) -> bytes:
     out = io.BytesIO()
-    npy_format.write_array_header_1_0(out, {"descr": npy_format.dtype_to_descr(np.dtype(dtype)),
-                                            "fortran_order": False, "shape": tuple(int(x) for x in shape)})
+    npy_format.write_array_header_1_0(out, {"descr": npy_format.dtype_to_descr(np.dtype(descr)),
+                                            "fortran_order": False, "shape": shape})
     return out.getvalue()
 
 
