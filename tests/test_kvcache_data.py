@@ -294,3 +294,40 @@ def test_48_threads_read_many_npy_files_at_once_through_the_storage_tier(shm):
         order = paths[index % len(paths):] + paths[:index % len(paths)]
         assert got == [expected[p] for p in order] * 4
     assert store.reads == threads * 4 * len(paths)
+
+
+def test_reads_of_one_entry_take_turns_and_reads_of_two_entries_do_not(shm):
+    """Two reads of one entry at once would share the pages the first brings in; the second
+    waits its turn (its drop then comes before its own read), while another entry's read goes on."""
+    store = StorageTier(1 << 30, shm)
+    data = KVData(48, np.dtype(np.float16), 1, seed=3)
+    first, _ = store.write("a", data.make(10))
+    other, _ = store.write("b", data.make(10))
+    inside: list[Path] = []
+    entered, release = threading.Semaphore(0), threading.Event()
+    real = store._read
+
+    def held(handle: Path):
+        inside.append(handle)
+        entered.release()
+        assert release.wait(60)
+        try:
+            return real(handle)
+        finally:
+            inside.remove(handle)
+
+    store._read = held
+    readers = [threading.Thread(target=store.read, args=(handle,)) for handle in (first, first, other)]
+    for reader in readers:
+        reader.start()
+    assert entered.acquire(timeout=60) and entered.acquire(timeout=60)
+    for _ in range(6000):  # until the third reader has arrived (a phase, not a time margin)
+        if store.reads_waited:
+            break
+        threading.Event().wait(0.01)
+    assert store.reads_waited == 1 and sorted(inside) == sorted([first, other])
+    assert not entered.acquire(timeout=0.2)  # the second read of `first` is still waiting
+    release.set()
+    for reader in readers:
+        reader.join(60)
+    assert store.reads == 3 and not store._readers

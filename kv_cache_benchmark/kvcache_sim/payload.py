@@ -14,7 +14,9 @@ the files unique at 512 B but let an LZ compressor with a long window find the p
 pool region under different keys differ in nearly every byte, so they share no run of equal
 bytes to match, and the stamps still rule out any duplicate 512 B block for a deduplicating
 store. The cost is that of the plain copy it replaces: one vectorised XOR pass from the pool
-slice into the buffer (numpy releases the GIL for it) plus one 8-byte store per 512 B.
+slice into the buffer (numpy releases the GIL for it) plus one 8-byte store per 512 B; an
+entry's later chunks are that buffer XORed in place with a fresh key (refresh), so a write reads
+the pool once, not once per chunk.
 (The checkpoint engine's mlpstorage_py/storage/buffers.py stamps each 4 KiB page the same way;
 this package does not import mlpstorage, so the idea is repeated here at 512 B.)
 """

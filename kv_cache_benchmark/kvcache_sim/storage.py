@@ -17,6 +17,7 @@ numpy's write_array_header_1_0, only uses repr.)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import itertools
@@ -27,7 +28,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -147,6 +148,10 @@ class StorageTier(Tier):
         self._drop_lock = threading.Lock()
         self.reads = self.drops = self.drop_failures = 0
         self.drop_error = ""
+        # Reads of one entry take turns: two at once would share the pages the first brings in
+        # (its drop cannot evict pages the other is reading), so one would not come from storage.
+        self._readers: dict[Any, list[Any]] = {}  # handle -> [lock, reads holding or waiting]
+        self.reads_waited = 0
 
     @staticmethod
     def stale_files(directory: Path) -> list[Path]:
@@ -185,6 +190,27 @@ class StorageTier(Tier):
     def read(self, handle: Any) -> tuple[int, IoTiming]:
         """open(), the page-cache drop, the header and every data byte; the device span is the
         whole read except the drop (open() included, as the reference's read span is)."""
+        with self._turn(handle):
+            return self._read(handle)
+
+    @contextlib.contextmanager
+    def _turn(self, handle: Any) -> Iterator[None]:
+        """Hold the entry's read lock (waiting for another read of it to finish, untimed)."""
+        with self._drop_lock:
+            slot = self._readers.setdefault(handle, [threading.Lock(), 0])
+            slot[1] += 1
+            if slot[1] > 1:  # another read of the entry holds it or waits for it
+                self.reads_waited += 1
+        try:
+            with slot[0]:
+                yield
+        finally:
+            with self._drop_lock:
+                slot[1] -= 1
+                if not slot[1]:
+                    del self._readers[handle]
+
+    def _read(self, handle: Any) -> tuple[int, IoTiming]:
         start = time.perf_counter()
         with open(handle, "rb", buffering=0) as fh:
             opened = time.perf_counter()
@@ -227,6 +253,7 @@ class StorageTier(Tier):
         fs = filesystem_type(self.directory)
         with self._drop_lock:
             reads, drops, failures, error = self.reads, self.drops, self.drop_failures, self.drop_error
+            waited = self.reads_waited
         if _FADVISE is None:
             status = "not dropped: posix_fadvise is not available on this platform"
         elif fs in MEMORY_FILESYSTEMS:
@@ -239,6 +266,7 @@ class StorageTier(Tier):
             status = "dropped before every storage read"
         return {"method": "posix_fadvise(POSIX_FADV_DONTNEED) on each KV file before reading it; no drop_caches",
                 "filesystem": fs, "storage_reads": reads, "fadvise_done": drops, "fadvise_failed": failures,
+                "reads_waited_for_another_read_of_the_entry": waited,
                 "status": status}
 
     def export(self, handle: Any) -> np.ndarray:  # pragma: no cover - storage is always the last tier
