@@ -140,6 +140,16 @@ def subprocess_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def shm() -> Path:
+    """A fresh directory in /dev/shm (memory: fast KV-cache files), else in /tmp."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+    path = base / f"mlps-test-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def other_fs_dir(tmp_path) -> Path:
     """A directory on another filesystem than the results (tmpfs), as the rules want for data,
     checkpoints and caches; removed afterwards."""

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -32,15 +31,6 @@ MIB = 1 << 20
 ZSTD = shutil.which("zstd")
 # 720 B of KV per token: most entries end in a short block (720 * tokens is rarely a multiple of 512).
 TOY = {"toy": {"num_layers": 2, "hidden_size": 90, "num_heads": 2, "kv_heads": 2}}
-
-
-@pytest.fixture
-def shm():
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    path = base / f"kvdata-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def zstd_ratio(chunks: list[bytes], window_log: int = 27) -> float:

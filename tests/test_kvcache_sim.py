@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,16 +35,6 @@ SMALL = {
     "prefix_cache": {"system_prompt_tokens": [32, 128, 64]},
     "rag": {"doc_tokens": [64, 256]},
 }
-
-
-@pytest.fixture
-def shm():
-    """A cache directory in /dev/shm (RAM: fast, and off the results file system)."""
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    path = Path(base or "/tmp") / f"kvsim-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

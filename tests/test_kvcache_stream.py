@@ -39,15 +39,6 @@ THINK_SCALE = 0.1  # think times shortened 10x so a few seconds give thousands o
 TINY_MODEL = {"tiny16": {"num_layers": 1, "hidden_size": 16, "num_heads": 4, "kv_heads": 1}}  # 16 B/token
 
 
-@pytest.fixture
-def shm():
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    path = base / f"kvstream-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def run_kv(cache: Path, tmp: Path, config: dict, *extra: str, users: int, duration: float,
            model: str = "tiny16") -> tuple[subprocess.CompletedProcess, dict]:
     config_file = tmp / "config.yaml"

@@ -8,11 +8,9 @@ import json
 import math
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import threading
-import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -43,15 +41,6 @@ SHAPE = {
                     "weight": 1}, "coding": {"weight": 0}, "document": {"weight": 0}},
     "conversation": {"max_turns": 4, "new_conversation_probability": 0.3},
 }
-
-
-@pytest.fixture
-def shm():
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    path = base / f"kvwl-{uuid.uuid4().hex[:8]}"
-    path.mkdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def write_config(tmp_path: Path, data: dict) -> Path:
