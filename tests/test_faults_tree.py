@@ -5,6 +5,7 @@ is one line saying where."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import subprocess
@@ -28,14 +29,14 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def fill(directory: Path) -> None:
-    """Write until the filesystem says ENOSPC."""
-    with open(directory / "filler", "wb") as fh:
-        try:
+    """Write until the filesystem says ENOSPC (a filesystem already full refuses the file itself)."""
+    try:
+        with open(directory / "filler", "wb") as fh:
             while True:
                 fh.write(b"\0" * (1 << 16))
                 fh.flush()
-        except OSError:
-            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
 
 
 def test_a_full_results_filesystem_corrupts_nothing(cli, tmp_path):

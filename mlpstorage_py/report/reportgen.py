@@ -100,7 +100,10 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
         values, issues = kv.figures, kv.issues
         row.update({"KVCache - # Client Nodes": hosts, "KVCache - Code": code, "KVCache - Logs": logs, **kv.cells})
     row["Issues"] = issues
-    detail = {"result": rel, "runs": [l.path.name for l in runs], "figures": values, "issues": issues}
+    # runs a killed or failed leaf never counts in; a KV row names those it dropped apart
+    detail = {"result": rel, "runs": [l.path.name for l in runs if _finished(l)], "figures": values, "issues": issues}
+    if any(not _finished(l) for l in runs):
+        detail["unfinished_runs"] = [l.path.name for l in runs if not _finished(l)]
     if kv is not None and kv.withheld:
         detail["withheld"] = kv.withheld
         return None, detail
