@@ -55,7 +55,6 @@ DEFAULTS: dict[str, Any] = {
     # Storage tier: share of free space used when --storage-capacity-gb is 0 (auto).
     "storage": {"auto_capacity_fraction": 0.8},
 }
-OPEN_SECTIONS = {"model_configs", "user_templates"}
 PROBABILITIES = ("qos_distribution.interactive_probability", "qos_distribution.responsive_threshold",
                  "prefix_cache.probability", "conversation.new_conversation_probability", "rag.request_probability",
                  "storage.auto_capacity_fraction")

@@ -29,7 +29,6 @@ from kvcache_sim.workload import (Features, PrefixCatalog, RagCatalog, Request, 
                                   trace_schedule)
 
 log = logging.getLogger("kvcache_sim")
-PHASES = ("both", "prefill", "decode")
 MAX_FAILURE_NOTES = 20  # failed requests named in the result (all are counted)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Iterable
 
 # Percentile keys of every latency block: name -> percentile.
 PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
@@ -30,13 +29,6 @@ class Series:
     def summary_ms(self) -> dict[str, float]:
         """{mean, p50, p95, p99, p999, p9999} in milliseconds; zeros when empty."""
         return summarize_ms(self.samples)
-
-
-def percentile_ms(samples: Iterable[float], q: float) -> float:
-    import numpy as np
-
-    data = np.asarray(list(samples), dtype=float)
-    return float(np.percentile(data, q) * 1000.0) if data.size else 0.0
 
 
 def summarize_ms(samples: list[float]) -> dict[str, float]:

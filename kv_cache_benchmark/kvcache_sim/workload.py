@@ -22,9 +22,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-QOS_LEVELS = ("interactive", "responsive", "batch")
-
-
 @dataclass
 class Request:
     user_id: int

@@ -91,10 +91,6 @@ class Layout:
     rank_files: tuple[tuple[ShardFile, ...], ...]
 
     @property
-    def virtual_ranks(self) -> int:
-        return self.tensor * self.pipeline * self.data
-
-    @property
     def total_bytes(self) -> int:
         return self.model_bytes + self.optimizer_bytes
 

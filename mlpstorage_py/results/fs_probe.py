@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.errors import PermissionDenied
-from mlpstorage_py.results.io import utc_now, write_json
+from mlpstorage_py.results.io import utc_now
 
 FILE_NAME = "fs_separation.json"
 
@@ -53,8 +53,3 @@ def probe(data_dir: Path, results_dir: Path) -> dict[str, Any]:
         "probed_by_host": socket.gethostname(),
     }
 
-
-def write_probe(leaf: Path, data_dir: Path, results_dir: Path) -> dict[str, Any]:
-    record = probe(data_dir, results_dir)
-    write_json(leaf / FILE_NAME, record)
-    return record

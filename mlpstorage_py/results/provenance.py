@@ -16,8 +16,6 @@ from mlpstorage_py.rules.core_config import core_config
 FILE_NAME = "provenance.json"
 SCHEMA = "mlps-run-provenance/1"
 UNKNOWN = "unknown"
-TAGS = ("runtime", "ranks", "tool-constant", "package-metadata", "direct-url", "code-hash-json",
-        "uv-lock", "declared", "inferred", "n/a", "unknown")
 
 
 def dlio_stamp() -> tuple[dict[str, str], str]:

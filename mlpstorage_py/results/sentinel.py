@@ -16,7 +16,6 @@ from mlpstorage_py.results.io import atomic_write_text, utc_now
 SENTINEL = "mlperf-results.yaml"
 # A directory name in the tree: starts with a letter or digit, so never "." or ".." (an escape).
 ORG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-DEFAULT_RESULTS_DIR = Path("~/mlpstorage-results")
 
 
 def user_config_path() -> Path:
