@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,12 @@ from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, M
 from mlpstorage_py.launch import hostinfo, libraries, mpi, preflight
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
-from mlpstorage_py.results.io import atomic_write_text, write_json
+from mlpstorage_py.results.io import atomic_write_text, iso_from_epoch, write_json
 from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
 from mlpstorage_py.results.logs import attach_leaf, detach, log
 from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
 from mlpstorage_py.storage import datalock
 from mlpstorage_py.storage.s3 import environment_record
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def print_plan(bench: Benchmark, plan: Plan) -> None:
@@ -208,7 +204,7 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
         "engine_parameters": plan.engine_parameters,
         "verification": plan.verification,
         "system_info": host_info(),
-        "invocation_start_time": _iso(req.arg("_started_at", time.time())),
+        "invocation_start_time": iso_from_epoch(req.arg("_started_at", time.time())),
         "provenance_file": provenance.FILE_NAME,
     }
 
@@ -226,7 +222,7 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
     metadata.update(
         executed_command="; ".join(shlex.join(argv) for argv in plan.commands),
         executed_argv=plan.commands,
-        invocation_end_time=_iso(end),
+        invocation_end_time=iso_from_epoch(end),
         runtime=end - bench.request.arg("_started_at", end),
         exit_status=status,
         failure=failure,

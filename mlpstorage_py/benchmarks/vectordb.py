@@ -21,7 +21,7 @@ from mlpstorage_py.benchmarks import vectordb_run, workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.launch.mpi import MpiOptions
-from mlpstorage_py.results.io import read_json, write_json
+from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import workloads as rules_workloads
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
@@ -425,7 +425,7 @@ class VectorDBBenchmark(Benchmark):
             with progress.Progress("index build", ds["num_vectors"], "rows") as bar:
                 build = db.wait_index(stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress,
                                       rows=lambda done, total: bar.update(done))
-            build.update(start=_iso(build_start), seconds=time.time() - build_start, requested_params=build_params)
+            build.update(start=iso_from_epoch(build_start), seconds=time.time() - build_start, requested_params=build_params)
             built = self._check_built(db, index_type, metric, build_params)
             build.update(built)
             if p["workflow"]["compact"]:
@@ -436,19 +436,19 @@ class VectorDBBenchmark(Benchmark):
             load_start = time.time()
             db.load()
             serving = db.wait_served(index_type, stall_s=timeouts.index_stall, poll_s=poll, progress=self._progress)
-            build["served_ready"] = _iso(time.time())
+            build["served_ready"] = iso_from_epoch(time.time())
             if not serving["served_by_named_index"]:
                 raise BenchmarkFailed(f"after the build {serving['rows_brute_force']:,} of {serving['rows_total']:,} rows "
                                       f"would still be searched by brute force, not by {index_type} ({db.describe()})")
             inserted = db.count()
-            collection_load = {"start": _iso(load_start), "end": _iso(time.time()), "seconds": time.time() - load_start}
+            collection_load = {"start": iso_from_epoch(load_start), "end": iso_from_epoch(time.time()), "seconds": time.time() - load_start}
         finally:
             db.close()
         if inserted != ds["num_vectors"]:
             raise BenchmarkFailed(f"the collection holds {inserted:,} vectors, {ds['num_vectors']:,} were inserted (Rules 5.2.1)")
         summary = {
             "benchmark_phase": "datagen",
-            "start": _iso(started), "end": _iso(time.time()),
+            "start": iso_from_epoch(started), "end": iso_from_epoch(time.time()),
             "num_vectors": ds["num_vectors"], "inserted_vectors": inserted, "dimension": ds["dimension"],
             "index_type": built["index_type"], "requested_index_type": index_type,
             "metric_type": built["metric_type"], "index_params": built["params"],
@@ -502,7 +502,7 @@ class VectorDBBenchmark(Benchmark):
         db.flush()
         flush_s = time.perf_counter() - t
         seconds = time.time() - start
-        return {"start": _iso(start), "end": _iso(time.time()), "seconds": seconds, "generation_seconds": gen_s,
+        return {"start": iso_from_epoch(start), "end": iso_from_epoch(time.time()), "seconds": seconds, "generation_seconds": gen_s,
                 "insert_seconds": ins_s, "flush_seconds": flush_s, "acknowledged_vectors": inserted,
                 "vectors_per_second": n / seconds if seconds else 0.0,
                 "insert_vectors_per_second": n / ins_s if ins_s else 0.0}
@@ -542,10 +542,6 @@ def _lite_refusal(index_type: str) -> str:
     from mlpstorage_py.vectordb.backend import lite_refusal
 
     return lite_refusal(index_type)
-
-
-def _iso(epoch: float) -> str:
-    return vectordb_run.iso(epoch)
 
 
 def _jsonable(info: dict[str, Any]) -> dict[str, Any]:

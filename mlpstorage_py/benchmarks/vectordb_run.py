@@ -18,7 +18,7 @@ from typing import Any
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.launch import libraries
-from mlpstorage_py.results.io import read_json, write_json
+from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
@@ -28,12 +28,6 @@ from mlpstorage_py.vectordb import VECTOR_FIELD, families
 ESTIMATED_BATCH_S = 0.1
 LOOPBACK = ("127.", "localhost", "::1")
 SPEC_FILE = "query_clients.json"
-
-
-def iso(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # -- the MPI layout ----------------------------------------------------------------------------
@@ -162,7 +156,7 @@ class QueryRun:
         rstats = measured["recall_stats"]
         summary = {
             "benchmark_phase": "run",
-            "start": iso(started), "end": iso(time.time()),
+            "start": iso_from_epoch(started), "end": iso_from_epoch(time.time()),
             "num_vectors": ds["num_vectors"], "inserted_vectors": rows, "dimension": ds["dimension"],
             "index_type": index_type, "metric_type": metric, "index_params": reported_params(info),
             "collection_name": db.collection,

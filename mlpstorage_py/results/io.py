@@ -28,6 +28,11 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_from_epoch(epoch: float) -> str:
+    """A moment as ISO-8601 UTC with microseconds and a Z suffix (the leaves' start/end times)."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file and rename, so a reader never sees half a file: on any failure the
     old file stays as it was and the temp file is removed. A name that is not UTF-8 (surrogate

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, TimeoutExpired
+from mlpstorage_py.results.io import iso_from_epoch
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.vectordb import ID_FIELD, VECTOR_FIELD
 from mlpstorage_py.vectordb.families import family, parse_version
@@ -273,7 +274,7 @@ class Milvus:
                 progress(f"index build: {indexed:,} of {total:,} rows indexed ({state})")
                 last_said = now
             time.sleep(poll_s)
-        return {"start": _iso(start), "end": _iso(time.time()), "seconds": time.time() - start, "state": state,
+        return {"start": iso_from_epoch(start), "end": iso_from_epoch(time.time()), "seconds": time.time() - start, "state": state,
                 "indexed_rows": indexed, "total_rows": total, "pending_index_rows": pending}
 
     def compact(self, *, stall_s: float, poll_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -290,7 +291,7 @@ class Milvus:
                 progress(f"compaction job {job}: {state}")
                 last_said = time.monotonic()
             time.sleep(poll_s)
-        record = {"requested": True, "job_id": job, "start": _iso(start), "end": _iso(time.time()),
+        record = {"requested": True, "job_id": job, "start": iso_from_epoch(start), "end": iso_from_epoch(time.time()),
                   "seconds": time.time() - start, "state": state}
         if self.lite:
             record["note"] = ("Milvus Lite compacts on its own after each flush; its ManualCompaction answers "
@@ -454,10 +455,6 @@ def lite_refusal(index_type: str) -> str:
             f"(the server of the storage system under test). No other index is substituted.")
 
 
-def _iso(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _one_line(exc: BaseException) -> str:
