@@ -107,6 +107,12 @@ def drop_caches() -> bool:
         return False
 
 
+def lane_file_size(lane: list[tuple[str, int]], block: int) -> int:
+    """The size fio gives each file of a lane: the lane's mean, in whole blocks (fio writes no
+    partial block)."""
+    return max(block, round(sum(size for _, size in lane) / len(lane) / block) * block)
+
+
 def run_fio(rw: str, directory: Path, lanes: list[list[tuple[str, int]]], block: int, passes: int = 1) -> float:
     """GiB/s of fio with one job per lane, all lanes running at once for the whole run.
     Writes: each lane's files are created one after another (sequential file service, one open
@@ -122,7 +128,7 @@ def run_fio(rw: str, directory: Path, lanes: list[list[tuple[str, int]]], block:
         ["invalidate=1", f"loops={passes}"]
     expected = 0
     for number, lane in enumerate(lanes):
-        each = max(block, round(sum(size for _, size in lane) / len(lane) / block) * block)
+        each = lane_file_size(lane, block)
         lines += [f"[{rw}_{number}]", "filename=" + ":".join(name for name, _ in lane), f"size={each * len(lane)}"]
         expected += each * len(lane) * (passes if rw == "read" else 1)
     jobfile = directory / f"{rw}.fio"
@@ -193,8 +199,7 @@ def one_round(root: Path, config: Path, opts: argparse.Namespace, block: int, nu
     files = [(f"kv_{i}.npy", size) for i, size in enumerate(written)]
     lanes = deal(files, opts.workers)
     fio_write = run_fio("write", fio_dir, lanes, block)
-    fio_size = {name: max(block, round(sum(s for _, s in lane) / len(lane) / block) * block)
-                for lane in lanes for name, _ in lane}
+    fio_size = {name: lane_file_size(lane, block) for lane in lanes for name, _ in lane}
     # fio reads what kv-cache.py read: as many readers, each re-reading its own files (files the
     # write phase left, as many per reader as kv-cache.py had users per worker) in turn until as
     # many bytes moved.
