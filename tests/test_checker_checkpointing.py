@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REALDATA
 from mlpstorage_py.checker import rules_checkpointing as rc
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING
 from synthetic import regenerate, edit_json, edit_yaml, fresh, leaves_of, metadata_file, workload  # noqa: F401
 from test_checker_structure import findings_of, validate_realdata, verdicts

@@ -21,7 +21,7 @@ from mlpstorage_py import checker
 from mlpstorage_py.benchmarks import kvcache
 from mlpstorage_py.checker import rules_kvcache as rk
 from mlpstorage_py.checker import rules_kvcache_aggregate as rka
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules.tables import rule_index
 from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, pristine  # noqa: F401

@@ -15,7 +15,7 @@ import synthetic_families
 from conftest import REALDATA
 from mlpstorage_py import checker
 from mlpstorage_py.checker import rules_kvcache, rules_vdb
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.tables import rule_index

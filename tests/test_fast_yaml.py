@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mlpstorage_py.checker import fast_yaml
+from mlpstorage_py.results.tree import fast_yaml
 
 SAFE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -323,7 +323,7 @@ def test_where_the_page_may_go(tmp_path, cli, mpl_cache, monkeypatch):
 def test_values_a_run_lacks_are_gaps(tmp_path, mpl_cache):
     """NaN, infinity or text where a number belongs is a gap in the picture (never a zero, never
     a crash), and a run without the list is named in a note."""
-    from mlpstorage_py.checker.package import Package
+    from mlpstorage_py.results.tree.package import Package
     from mlpstorage_py.report import html, plots
 
     with synthetic_families.registered():

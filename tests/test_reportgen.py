@@ -114,7 +114,7 @@ def test_public_ids_are_pinned_and_never_reused(realdata_copy):
 
 def test_training_result_with_the_wrong_run_count_is_flagged(tmp_path):
     from mlpstorage_py.report import figures
-    from mlpstorage_py.checker.package import Leaf
+    from mlpstorage_py.results.tree.package import Leaf
 
     leaves = []
     for i in range(5):

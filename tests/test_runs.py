@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REALDATA
-from mlpstorage_py.checker.package import TRASH_DIR
+from mlpstorage_py.results.tree.package import TRASH_DIR
 from mlpstorage_py.results import code_image
 from synthetic import edit_json, fresh, leaves_of, metadata_file, workload  # noqa: F401
 

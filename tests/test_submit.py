@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REALDATA
 from mlpstorage_py import checker
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.submission import submit
 from synthetic import duplicate_leaf, edit_json, fresh, leaves_of, metadata_file, workload  # noqa: F401

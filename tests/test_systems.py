@@ -15,7 +15,7 @@ from conftest import DATASIZE, workload_leaves
 from synthetic import edit_json, fresh, system_description  # noqa: F401 (fixture)
 
 from mlpstorage_py import checker
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.checker.system_schema import check

@@ -22,8 +22,9 @@ from conftest import REALDATA
 from test_fuzz_checker import KINDS, make_outside, mutate
 
 from mlpstorage_py import checker
-from mlpstorage_py.checker import files, workers
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.checker import workers
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import RULES
 
 FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")

@@ -7,12 +7,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from mlpstorage_py import collector
-from mlpstorage_py.checker import files, workers
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.checker import workers
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, run_rule
 from mlpstorage_py.rules.tables import rule_index
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
 if TYPE_CHECKING:
-    from mlpstorage_py.checker.package import Package
+    from mlpstorage_py.results.tree.package import Package
 
 INVALID, WARNING, INFO = "INVALID", "WARNING", "INFO"
 

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import load_json
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import load_json
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, parse_time, record, sanctioned)

@@ -10,8 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import read_text
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import read_text
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.rules_checkpointing import (
     COUNTED_ELSEWHERE, counts, is_read, is_write, _by_workload, _cannot, _configuration, _interval,

@@ -6,8 +6,8 @@ import functools
 from pathlib import Path
 from typing import Callable, Iterable
 
-from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import TIMESTAMP, Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import TIMESTAMP, Package
 from mlpstorage_py.checker.registry import INVALID, INFO, WARNING, Finding, finding, rule
 from mlpstorage_py.launch import libraries
 from mlpstorage_py.results import code_image

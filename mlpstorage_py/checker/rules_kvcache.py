@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import not_applicable
-from mlpstorage_py.checker.files import DIR, FILE, entries, load_json
+from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
 from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, dig, record)
 

@@ -8,7 +8,7 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.rules_kvcache import (
     DEVICE_READ, DEVICE_WRITE, READ_BW, THROUGHPUT, WRITE_BW, RankFile, _close, _leaves, _missing_text)

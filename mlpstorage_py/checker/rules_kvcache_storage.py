@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
 from mlpstorage_py.checker.rules_kvcache import (
     FAMILY, GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _leaves, _same, _table,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import entries
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import entries
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
 from mlpstorage_py.checker.rules_kvcache import (
     BUNDLED_CONFIG, OPTION_KEYS, RankFile, _flag, _leaves, _mismatches, _same, _table, option_table)

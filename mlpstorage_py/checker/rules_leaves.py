@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from mlpstorage_py.checker.files import (
+from mlpstorage_py.results.tree.files import (
     DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
 from mlpstorage_py.checker.structure_helpers import (
     TIMESTAMP, checker_of, checkpointing_leaves, leaf_time, record, sanctioned, timestamp_dirs, training_leaves,

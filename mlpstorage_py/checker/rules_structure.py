@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from mlpstorage_py.checker.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
-from mlpstorage_py.checker.package import DIVISIONS, Leaf, Package
+from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
+from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.system_schema import description_shape

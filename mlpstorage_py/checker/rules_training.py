@@ -8,8 +8,8 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding, not_applicable, rule
 from mlpstorage_py.checker.structure_helpers import dig
 from mlpstorage_py.rules import tables

@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, Finding, finding, rule
 from mlpstorage_py.checker.structure_helpers import as_int, dig
 from mlpstorage_py.checker.vdb_leaves import (

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import FILE, entries, read_text
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import FILE, entries, read_text
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INVALID, Finding, finding, rule
 from mlpstorage_py.checker.structure_helpers import apart, dig, sanctioned, system_description
 from mlpstorage_py.checker.vdb_leaves import FAMILY, LOG_LIMIT, Vdb, _cannot, _leaves, _not_checked

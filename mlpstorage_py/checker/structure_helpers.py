@@ -15,8 +15,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from mlpstorage_py.checker.files import DIR, FILE, child, entries, load_json, load_yaml, names, real_dir, visible
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import DIR, FILE, child, entries, load_json, load_yaml, names, real_dir, visible
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.results.leaf import DATETIME_FORMAT
 from mlpstorage_py.rules import tables
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import read_text
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.files import read_text
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import WARNING, Finding, finding
 from mlpstorage_py.checker.structure_helpers import system_description
 from mlpstorage_py.systems import host_sidecar

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlpstorage_py.checker.files import load_yaml, real_dir
+from mlpstorage_py.results.tree.files import load_yaml, real_dir
 from mlpstorage_py.checker.registry import WARNING, Finding, finding
 from mlpstorage_py.checker.structure_helpers import as_int, as_number
 from mlpstorage_py.rules.tables import system_description as table

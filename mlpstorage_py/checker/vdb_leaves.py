@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.checker.files import DIR, entries, kind_of, load_json, real_file
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree.files import DIR, entries, kind_of, load_json, real_file
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding, finding
 from mlpstorage_py.checker.structure_helpers import (
     LeafRecord, as_int, as_number, checker_of, dig, record)

@@ -18,8 +18,8 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable
 
-from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import RULES, Finding, run_rule
 
 MOST_WORKERS = 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.checker.rules_checkpointing import dlio_engine_note
 from mlpstorage_py.rules.tables import checker
 
@@ -91,7 +91,7 @@ def checkpointing(leaves: list[Leaf]) -> tuple[Figures, list[str]]:
 
 
 def _json(path) -> dict[str, Any] | None:
-    from mlpstorage_py.checker.files import load_json, real_file
+    from mlpstorage_py.results.tree.files import load_json, real_file
 
     if not real_file(path):
         return None
@@ -103,7 +103,7 @@ def _vdb_record(leaf: Leaf) -> tuple[dict[str, Any] | None, str]:
     """A query run's figures: its summary.json, else the engine's native statistics.json that
     summary.json is a copy of (at the leaf root or under vectordb/<phase>/), as the reference's
     report generator read published rows; (None, why) when neither is there."""
-    from mlpstorage_py.checker.files import DIR, entries
+    from mlpstorage_py.results.tree.files import DIR, entries
 
     summary = leaf.summary
     if isinstance(summary, dict) and "__unreadable__" not in summary:
@@ -163,7 +163,7 @@ def _blank(label: str, key: str, lacking: list[tuple[str, str]], total: int) -> 
 def _vdb_hosts(leaf: Leaf, record: dict[str, Any] | None) -> int | None:
     """Client hosts of a run: its record's num_hosts/host_count, the native statistics' disk_io
     host_count, else the metadata (args.hosts, or one host when args.distributed is false)."""
-    from mlpstorage_py.checker.files import DIR, entries
+    from mlpstorage_py.results.tree.files import DIR, entries
 
     for value in ((record or {}).get("num_hosts"), (record or {}).get("host_count"),
                   ((record or {}).get("disk_io") or {}).get("host_count")):

@@ -15,8 +15,8 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.files import UNREADABLE
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree.files import UNREADABLE
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.progress import Progress

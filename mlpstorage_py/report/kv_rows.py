@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlpstorage_py.checker import files
+from mlpstorage_py.results.tree import files
 from mlpstorage_py.checker.kv_failures import partial_failure
-from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.checker.rules_kvcache import Kv, option_table
 from mlpstorage_py.checker.structure_helpers import LeafRecord, as_number
 from mlpstorage_py.report.table import KV_GROUPS, KV_METRICS

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.rules_common import section
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now

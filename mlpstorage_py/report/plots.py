@@ -16,8 +16,8 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
-from mlpstorage_py.checker.files import UNREADABLE
-from mlpstorage_py.checker.package import Leaf
+from mlpstorage_py.results.tree.files import UNREADABLE
+from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.errors import NotAvailable
 from mlpstorage_py.report import figures
 

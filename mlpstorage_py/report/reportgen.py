@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import yaml
 
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, kv_rows, manifest, table

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.checker import files
-from mlpstorage_py.checker.package import PRIVATE_DIR, Leaf, Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import PRIVATE_DIR, Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, NotFoundError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.sentinel import resolve_results_dir

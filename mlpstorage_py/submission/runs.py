@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.checker.package import TIMESTAMP, TRASH_DIR, Leaf, Package
+from mlpstorage_py.results.tree.package import TIMESTAMP, TRASH_DIR, Leaf, Package
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf

@@ -23,7 +23,7 @@ from typing import Any
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker.kv_failures import partial_failure
-from mlpstorage_py.checker.package import Package
+from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results, tree_root
 

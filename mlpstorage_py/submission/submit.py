@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mlpstorage_py import RULES_EDITION, __version__, checker
-from mlpstorage_py.checker.package import PRIVATE_DIR, Package
+from mlpstorage_py.results.tree.package import PRIVATE_DIR, Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.checker.package import Leaf, Package
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, NotFoundError
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.leaf import check_name

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from mlpstorage_py.checker import fast_yaml
+from mlpstorage_py.results.tree import fast_yaml
 
 DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
 Entry = tuple[str, str, Path]

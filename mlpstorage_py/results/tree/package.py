@@ -9,7 +9,7 @@ from fnmatch import translate
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mlpstorage_py.checker import files
+from mlpstorage_py.results.tree import files
 from mlpstorage_py.results import code_image
 
 TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
