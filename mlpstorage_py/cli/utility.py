@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mlpstorage_py.cli.command import results_dir
 from mlpstorage_py.cli.common import add_universal, positive_int
 
 
@@ -45,7 +46,7 @@ def register(top: Any) -> None:
                    help="the page to write, outside the tree (default ./<results-dir name>-report.html)")
     r.add_argument("--force", action="store_true", help="replace an existing FILE")
     add_universal(r, writes_leaf=False)
-    r.set_defaults(_handler="mlpstorage_py.report.html:reports_html")
+    r.set_defaults(_handler="mlpstorage_py.cli.utility:reports_html")
 
     p = top.add_parser("history", help="show or re-run recorded commands")
     sub = p.add_subparsers(dest="history_command", metavar="<command>", required=True)
@@ -62,3 +63,15 @@ def register(top: Any) -> None:
     p = top.add_parser("version", help="print the tool version, rules edition and layout version")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     p.set_defaults(_handler="mlpstorage_py.main:version")
+
+
+def reports_html(args: dict[str, Any], argv: list[str]) -> int:
+    from mlpstorage_py.errors import NotFoundError
+    from mlpstorage_py.report import html
+
+    root = results_dir(args).resolve()
+    if not root.is_dir():
+        raise NotFoundError(f"results directory {root} does not exist")
+    output, counts = html.write(root, args.get("output"), bool(args.get("force")))
+    print(f"wrote {output}: {counts['results']} results, {counts['charts']} charts, {counts['findings']} findings")
+    return 0

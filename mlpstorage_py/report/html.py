@@ -15,14 +15,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from mlpstorage_py.results.tree.files import UNREADABLE
 from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.progress import Progress
 from mlpstorage_py.report import plots
 from mlpstorage_py.results.io import atomic_write_text
-from mlpstorage_py.results.sentinel import resolve_results_dir
 
 NO_PICTURES = '<p class="note">no pictures</p>'
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
@@ -110,14 +108,15 @@ def _chart(chart: plots.Chart, ident: str) -> str:
 
 def _table_part(runs: list[Leaf]) -> tuple[str, dict[str, Any] | None]:
     """The result's results.json as figures, issues and row, or a note saying why there is none."""
-    table = runs[0].results_table if runs else None
     if not runs:
         return '<p class="note">no run leaves: nothing to report yet</p>', None
-    if table is None:
+    found_table = runs[0].results_table
+    if found_table.missing:
         return ('<p class="note">no results.json: run <code>mlpstorage reports reportgen</code> to compute the '
                 "figures</p>"), None
-    if UNREADABLE in table:
-        return f'<p class="note">results.json is unreadable: {escape(str(table[UNREADABLE]))}</p>', None
+    if found_table.problem:
+        return f'<p class="note">results.json is unreadable: {escape(found_table.problem)}</p>', None
+    table = found_table.value
     parts = []
     found = table.get("figures")
     if isinstance(found, dict):
@@ -207,13 +206,10 @@ def _output(root: Path, flag: str | None, force: bool) -> Path:
     return output
 
 
-def reports_html(args: dict[str, Any], argv: list[str]) -> int:
-    root = resolve_results_dir(args.get("results_dir"))[0].resolve()
-    if not root.is_dir():
-        raise NotFoundError(f"results directory {root} does not exist")
-    output = _output(root, args.get("output"), bool(args.get("force")))
+def write(root: Path, flag: str | None, force: bool) -> tuple[Path, dict[str, int]]:
+    """Build the page of the tree at root and write it where --output (flag) says; the file and its counts."""
+    output = _output(root, flag, force)
     plots.require_matplotlib()
     page, counts = build(root)
     atomic_write_text(output, page)  # a link at the output is replaced, never followed
-    print(f"wrote {output}: {counts['results']} results, {counts['charts']} charts, {counts['findings']} findings")
-    return 0
+    return output, counts

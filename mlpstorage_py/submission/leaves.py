@@ -14,28 +14,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import PRIVATE_DIR, Leaf, Package
-from mlpstorage_py.errors import ConfigurationError, NotFoundError, UsageError
+from mlpstorage_py.errors import ConfigurationError, UsageError
 from mlpstorage_py.results import code_image
-from mlpstorage_py.results.sentinel import resolve_results_dir
 from mlpstorage_py.rules.tables import checker
 
 OK, FAILED, INCOMPLETE, EXTRA = "ok", "failed", "incomplete", "extra"
 STATES = (OK, FAILED, INCOMPLETE, EXTRA)
 RUNNING = ("running", "started")
 PHASES = {"datasize": 0, "datagen": 1, "run": 2}  # the order a result's leaves are listed in
-
-
-def tree_root(args: dict[str, Any]) -> Path:
-    """The package positional where the command has one, else the resolved results directory."""
-    given = args.get("package")
-    root = Path(given).expanduser().resolve() if given else resolve_results_dir(args.get("results_dir"))[0]
-    if not root.is_dir():
-        raise NotFoundError(f"results directory {root} does not exist")
-    return root
 
 
 def private_path(root: Path, *parts: str) -> Path:
@@ -61,8 +50,8 @@ def leaf_id(pkg: Package, leaf: Leaf) -> str:
 def state(leaf: Leaf) -> tuple[str, str]:
     """(ok | failed | incomplete, why) from the leaf's own records."""
     meta = leaf.metadata
-    if isinstance(meta, dict) and files.UNREADABLE in meta:
-        return INCOMPLETE, f"metadata unreadable: {meta[files.UNREADABLE]}"
+    if leaf.broken("metadata"):
+        return INCOMPLETE, f"metadata unreadable: {leaf.broken('metadata')}"
     if isinstance(meta, dict):
         if str(meta.get("status", "")).lower() in RUNNING:
             return INCOMPLETE, "metadata says the run is still running and records no end"
@@ -74,8 +63,7 @@ def state(leaf: Leaf) -> tuple[str, str]:
         if meta.get("invocation_end_time") or isinstance(meta.get("runtime"), (int, float)):
             return OK, "finished (end time recorded)"
         return INCOMPLETE, "metadata records no end time"
-    summary = leaf.summary
-    if isinstance(summary, dict) and files.UNREADABLE not in summary:
+    if isinstance(leaf.summary, dict):
         return OK, "no metadata; the engine's summary.json is present"
     return INCOMPLETE, "no metadata (the run never finished writing its leaf)"
 
@@ -103,7 +91,7 @@ def image_of(pkg: Package, leaf: Leaf) -> tuple[str, Path | None]:
 
 def _phases(leaf: Leaf) -> set[str]:
     """The checkpointing phases a leaf performed, from its summary metrics (save/load)."""
-    summary = leaf.summary if isinstance(leaf.summary, dict) and files.UNREADABLE not in leaf.summary else {}
+    summary = leaf.summary or {}
     metric = summary.get("metric") or {}
     return {phase for phase, key in (("write", "save_checkpoint_io_mean_GB_per_second"),
                                      ("read", "load_checkpoint_io_mean_GB_per_second")) if key in metric}

@@ -9,7 +9,6 @@ leaves of the results model are ever moved: a path that is not a leaf of the tre
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -22,7 +21,7 @@ from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
 from mlpstorage_py.submission.leaves import (EXTRA, find_leaves, human, image_of, leaf_id, private_path, results,
-                                             size_of, tree_root)
+                                             size_of)
 
 AGE = re.compile(r"^(\d+)([dhm])$")
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -45,33 +44,22 @@ def _public(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if not k.startswith("_")}
 
 
-def list_command(args: dict[str, Any], argv: list[str]) -> int:
-    pkg = Package.load(tree_root(args))
-    entries = [e for e in _entries(pkg) if not args.get("status") or e["state"] == args["status"]]
-    if args.get("json"):
-        print(json.dumps([_public(e) for e in entries], indent=2))
-        return 0
-    for e in entries:
-        image = e["code_image"] + ("" if e["code_image_dir"] or e["code_image"] == "none" else " (not in the pool)")
-        print(f"{e['state']:<10} {human(e['size']):>10}  {image:<26} {e['id']}")
-    print(f"{len(entries)} leaves, {human(sum(e['size'] for e in entries))}")
-    return 0
+def listing(root: Path, status: str | None) -> list[dict[str, Any]]:
+    """`runs list`: every leaf of the tree (or those in one state) with its state, size and code image."""
+    return [_public(e) for e in _entries(Package.load(root)) if not status or e["state"] == status]
 
 
-def show_command(args: dict[str, Any], argv: list[str]) -> int:
-    pkg = Package.load(tree_root(args))
-    [leaf] = find_leaves(pkg, [args["id"]])
+def facts(root: Path, ident: str) -> dict[str, Any]:
+    """`runs show`: one leaf's listing, with its size spelled out, file count, times and command."""
+    pkg = Package.load(root)
+    [leaf] = find_leaves(pkg, [ident])
     entry = next(e for e in _entries(pkg) if e["_leaf"].path == leaf.path)
     meta = leaf.metadata if isinstance(leaf.metadata, dict) else {}
-    facts = dict(_public(entry), size=f"{entry['size']} bytes ({human(entry['size'])})",
-                 files=sum(len(names) for _, _, names in os.walk(leaf.path)),
-                 started=meta.get("invocation_start_time"), ended=meta.get("invocation_end_time"),
-                 exit_status=meta.get("exit_status"), failure=meta.get("failure"),
-                 command=meta.get("executed_command"))
-    for key, value in facts.items():
-        if value not in (None, ""):
-            print(f"{key + ':':<16}{value}")
-    return 0
+    return dict(_public(entry), size=f"{entry['size']} bytes ({human(entry['size'])})",
+                files=sum(len(names) for _, _, names in os.walk(leaf.path)),
+                started=meta.get("invocation_start_time"), ended=meta.get("invocation_end_time"),
+                exit_status=meta.get("exit_status"), failure=meta.get("failure"),
+                command=meta.get("executed_command"))
 
 
 def _older_than(text: str) -> datetime:
@@ -89,9 +77,8 @@ def _before(name: str, cutoff: datetime) -> bool:
         return False
 
 
-def select(pkg: Package, args: dict[str, Any]) -> list[Leaf]:
+def select(pkg: Package, ids: list[str], status: str | None, age: str | None, keep: int | None) -> list[Leaf]:
     """The leaves rm acts on: those named, else those every given filter selects."""
-    ids, status, age, keep = args.get("ids") or [], args.get("status"), args.get("older_than"), args.get("keep_last")
     if ids and (status or age or keep):
         raise UsageError("name leaves by ID or select them with --status/--older-than/--keep-last, not both")
     if ids:
@@ -143,26 +130,26 @@ def _to_trash(root: Path, paths: list[Path], yes: bool, what: str) -> int:
     return 0
 
 
-def rm_command(args: dict[str, Any], argv: list[str]) -> int:
-    root = tree_root(args)
+def rm(root: Path, ids: list[str], status: str | None, age: str | None, keep: int | None, yes: bool) -> int:
+    """`runs rm`: move the selected leaves to a new trash batch (with yes), else say what would move."""
     pkg = Package.load(root)
-    chosen = select(pkg, args)
-    if args.get("status") == EXTRA and not args.get("yes"):
+    chosen = select(pkg, ids, status, age, keep)
+    if status == EXTRA and not yes:
         print("note: extra leaves are ok runs beyond the count a result needs; the earliest are the counted ones")
-    return _to_trash(pkg.root, [leaf.path for leaf in chosen], bool(args.get("yes")), "leaves")
+    return _to_trash(pkg.root, [leaf.path for leaf in chosen], yes, "leaves")
 
 
-def purge_command(args: dict[str, Any], argv: list[str]) -> int:
-    root = tree_root(args)
+def purge(root: Path, yes: bool) -> int:
+    """`runs purge`: delete the trash batches (with yes), else say what would go."""
     trash = private_path(root, TRASH_DIR.name)
     batches = sorted(p for p in trash.iterdir() if TIMESTAMP.match(p.name) and not p.is_symlink()) if trash.is_dir() else []
     for batch in batches:
-        print(f"{'deleting' if args.get('yes') else 'would delete'} {batch.relative_to(root).as_posix()} ({human(size_of(batch))})")
-        if args.get("yes"):
+        print(f"{'deleting' if yes else 'would delete'} {batch.relative_to(root).as_posix()} ({human(size_of(batch))})")
+        if yes:
             shutil.rmtree(batch)  # removes links themselves, never what they point to
     if not batches:
         print("the trash is empty")
-    elif not args.get("yes"):
+    elif not yes:
         print(f"dry run: {len(batches)} trash batch(es) would be deleted; pass --yes to delete them")
     return 0
 
@@ -174,7 +161,7 @@ def unreferenced_images(pkg: Package) -> list[Path]:
             and image.name.startswith("code-") and (image / code_image.HASH_FILE).is_file()]
 
 
-def gc_command(args: dict[str, Any], argv: list[str]) -> int:
-    root = tree_root(args)
+def gc(root: Path, yes: bool) -> int:
+    """`runs gc`: move the code images no leaf points to into the trash (with yes)."""
     pkg = Package.load(root)
-    return _to_trash(pkg.root, unreferenced_images(pkg), bool(args.get("yes")), "unreferenced code images")
+    return _to_trash(pkg.root, unreferenced_images(pkg), yes, "unreferenced code images")

@@ -17,7 +17,6 @@ checker reports them: run `mlpstorage reports reportgen` (submit does) to refres
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from mlpstorage_py import checker
 from mlpstorage_py.checker.kv_failures import partial_failure
 from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
-from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results, tree_root
+from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
 SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
@@ -112,14 +111,3 @@ def text(table: list[dict[str, Any]], runs: bool) -> str:
         out.append("no results in this tree")
     return "\n".join(out)
 
-
-def command(args: dict[str, Any], argv: list[str]) -> int:
-    """Print the table (or JSON). Informational: exit 0 whatever the verdicts (submit is the gate)."""
-    root = tree_root(args)
-    pkg, findings = checker.validate(root)
-    table = rows(pkg, findings)
-    if args.get("json"):
-        print(json.dumps({"root": str(root), "results": table}, indent=2))
-    else:
-        print(text(table, bool(args.get("runs"))))
-    return 0

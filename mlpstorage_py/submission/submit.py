@@ -35,7 +35,7 @@ from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
 from mlpstorage_py.submission.leaves import (FAILED, INCOMPLETE, human, image_of, leaf_id, placeholders, private_path,
-                                             results, tree_root)
+                                             results)
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"
@@ -209,11 +209,11 @@ def _dry_run(root: Path, org: str, out: Path) -> int:
     return 0
 
 
-def command(args: dict[str, Any], argv: list[str]) -> int:
-    root = tree_root(args)
-    org = _org(root, args.get("org"))
-    out = _output_dir(root, args.get("output"))
-    if args.get("dry_run"):
+def submit(root: Path, org_flag: str | None, output_flag: str | None, dry_run: bool) -> int:
+    """Check the tree and write the package (or, dry, list what it would hold); refused with the reasons on stderr."""
+    org = _org(root, org_flag)
+    out = _output_dir(root, output_flag)
+    if dry_run:
         return _dry_run(root, org, out)
     from mlpstorage_py.report import reportgen
 

@@ -20,8 +20,6 @@ import yaml
 from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, NotFoundError
 from mlpstorage_py.results.io import atomic_write_text
-from mlpstorage_py.results.leaf import check_name
-from mlpstorage_py.results.sentinel import resolve_results_dir
 from mlpstorage_py.rules.tables import system_description
 from mlpstorage_py.systems import host_sidecar
 from mlpstorage_py.systems.profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
@@ -239,13 +237,9 @@ def write(path: Path, text: str, force: bool) -> None:
         fh.write(text)
 
 
-def command(args: dict[str, Any], argv: list[str]) -> int:
-    """The `systems describe` handler: one description (and its sidecar) per division the system has runs in."""
-    system = check_name("system name", args["system"])
-    root, _ = resolve_results_dir(args.get("results_dir"))
-    if not root.is_dir():
-        raise ConfigurationError(f"results directory {root} does not exist")
-    found = gather(Package.load(root), system, args.get("division"))
+def describe(root: Path, system: str, division: str | None, force: bool) -> None:
+    """One description (and its sidecar) per division the system has runs in, each named as it is written."""
+    found = gather(Package.load(root), system, division)
     if not found:
         raise NotFoundError(f"no run of system {system} under {root} recorded its client hosts; run a benchmark "
                             f"with --systemname {system} first")
@@ -255,11 +249,10 @@ def command(args: dict[str, Any], argv: list[str]) -> int:
         path = root / division / org / "systems" / f"{system}.yaml"
         sidecar = host_sidecar.path_for(path)
         text = render(doc, HEADER.format(system=system, runs=len(leaves), mark=PLACEHOLDER, sidecar=sidecar.name))
-        write(path, text, bool(args.get("force")))
+        write(path, text, force)
         atomic_write_text(sidecar, host_sidecar.render(system, records, len(leaves)))
         hosts = sum(c["quantity"] for c in doc["system_under_test"]["clients"])
         print(f"wrote {path}: {hosts} client host(s) from {len(leaves)} run(s); {len(unfilled(text))} {PLACEHOLDER} "
               f"value(s) to replace; add {path.with_suffix('.pdf').name} beside it (Rules 2.1.7); wrote {sidecar.name}")
         for note in notes:
             print(f"  note: {note}")
-    return 0
