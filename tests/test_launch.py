@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from mlpstorage_py.errors import UsageError
+from mlpstorage_py.launch.hostnames import is_local, is_loopback
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command
 
 
@@ -55,3 +58,17 @@ def test_cli_rejects_bad_host_names(cli, results, bad):
               "--hosts", bad)
     assert res.rc == 2
     assert "valid host" in res.err or "expected" in res.err
+
+
+def test_loopback_and_local_names(monkeypatch):
+    """One definition for every caller: loopback names are local everywhere; this host's own
+    name is local (no ssh, no MPI daemon) but not loopback (srun names it, other hosts reach it)."""
+    monkeypatch.setattr(socket, "gethostname", lambda: "head1")
+    monkeypatch.setattr(socket, "getfqdn", lambda: "head1.example")
+    for name in ("127.0.0.1", "127.0.1.1", "127.0.0.1:4", "::1", "localhost", "LOCALHOST", "localhost:2",
+                 "localhost.localdomain", "localhost6", "ip6-localhost"):
+        assert is_loopback(name) and is_local(name), name
+    for name in ("head1", "head1:8", "head1.example"):
+        assert is_local(name) and not is_loopback(name), name
+    for name in ("n1", "n1:2", "10.0.0.1", "128.0.0.1", "::2", "localhost.example.com", "head2"):
+        assert not is_local(name) and not is_loopback(name), name

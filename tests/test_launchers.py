@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -110,6 +111,10 @@ def test_srun_command_wires_the_ranks_mpi(tmp_path):
     # Default hosts: Slurm places the ranks in the allocation.
     local = mpi_command(MpiOptions(mpi_bin=str(fake)), 2, ["prog"], env=env)
     assert "--nodelist" not in local
+    assert "--nodelist" not in mpi_command(MpiOptions(hosts=["localhost", "127.0.1.1"], mpi_bin=str(fake)), 2, ["p"], env=env)
+    # This host's own name is a node of the allocation, not a loopback name: it is named.
+    here = mpi_command(MpiOptions(hosts=[socket.gethostname()], mpi_bin=str(fake)), 2, ["p"], env=env)
+    assert here[here.index("--nodelist") + 1] == f"{socket.gethostname()},{socket.gethostname()}"
     if MPICH_LIB.is_file():
         mpich = mpi_command(MpiOptions(mpi_bin=str(fake)), 2, ["prog"], env=dict(env, MPI4PY_LIBMPI=str(MPICH_LIB)))
         assert mpich[1] == "--mpi=pmi2"

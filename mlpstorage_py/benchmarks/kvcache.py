@@ -36,6 +36,7 @@ from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefus
                                   PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.launch import libraries
 from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import error_line, run_logged
 from mlpstorage_py.results import fs_probe
@@ -57,7 +58,6 @@ OPEN_GLOBAL_FLAGS = {"performance_profile": ("performance_profile", lambda v: v)
                      "disable_multi_turn": ("multi_turn", lambda v: not v),
                      "disable_prefix_caching": ("prefix_caching", lambda v: not v),
                      "enable_rag": ("rag", bool), "rag_num_docs": ("rag_num_docs", int)}
-LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 STARTUP_ESTIMATE_S = 5  # mpirun + interpreter start + the last requests finishing, per trial
 DRAIN_S = 30  # past --duration: in-flight requests finish, KV files are removed, the result is written
 DEVICE_LATENCY_NOTE = ("max over ranks and trials of each rank's P95 (a worst-client bound, not a pooled percentile); "
@@ -104,7 +104,8 @@ class Layout:
 
     @property
     def multi_host(self) -> bool:
-        return len(self.hosts) > 1 or any(h not in LOCAL_HOSTS for h in self.hosts)
+        """More than one host, or one that is not this machine: the results directory must be shown shared."""
+        return len(self.hosts) > 1 or not all(is_local(h) for h in self.hosts)
 
 
 def resolve_layout(num_processes: int | None, npernode: int | None, hosts: list[str] | None) -> Layout:

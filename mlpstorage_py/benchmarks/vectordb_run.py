@@ -26,7 +26,6 @@ from mlpstorage_py.vectordb import VECTOR_FIELD, families
 # The deadline of a query_count job assumes at most this long per batch per rank (times the
 # deadline table's safety factor); a timed job's work is its --runtime. --deadline overrides.
 ESTIMATED_BATCH_S = 0.1
-LOOPBACK = ("127.", "localhost", "::1")
 SPEC_FILE = "query_clients.json"
 
 
@@ -46,7 +45,7 @@ def uses_mpi(args: dict[str, Any]) -> bool:
 
 def check_clients(args: dict[str, Any], database: dict[str, Any]) -> None:
     """Refuse query clients that could not reach the database (exit 2, before any work)."""
-    from mlpstorage_py.launch.preflight import is_local
+    from mlpstorage_py.launch.hostnames import is_local, is_loopback
 
     hosts = args.get("hosts") or []
     remote = [h.split(":")[0] for h in hosts if not is_local(h)]
@@ -56,7 +55,7 @@ def check_clients(args: dict[str, Any], database: dict[str, Any]) -> None:
         raise UsageError(f"--hosts {' '.join(remote)}: query clients on other hosts need a Milvus server "
                          "(--host/--port); Milvus Lite is a database embedded in this process")
     host = str(database["host"])
-    if host.startswith(LOOPBACK):
+    if is_loopback(host):
         raise UsageError(f"--host {host} is each client host's own loopback: the query clients on "
                          f"{', '.join(remote)} cannot reach the server there; give an address they can route to")
 

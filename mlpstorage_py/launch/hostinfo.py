@@ -23,8 +23,8 @@ from typing import Any
 from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.host_config import host_config
+from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command, uses_remote_shell
-from mlpstorage_py.launch.preflight import is_local
 from mlpstorage_py.results.host import meminfo_bytes
 
 

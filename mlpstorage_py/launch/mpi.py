@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.launch.hostnames import is_loopback
 from mlpstorage_py.launch.launchers import (MPICH, OPENMPI, SLURM, SRUN_MPI, Launcher, default_libmpi_prefix,
                                            detect, launcher_libmpi, rank_mpi)
 
@@ -49,7 +50,6 @@ class MpiOptions:
 
 
 LAUNCHER_NAMES = ("mpirun", "mpiexec", "srun")
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def mpi_bin_arg(value: str) -> str:
@@ -177,8 +177,9 @@ def mpi_command(opts: MpiOptions, processes: int, program: list[str], env: dict[
             argv.append(f"--mpi={SRUN_MPI[rank_mpi(env)[0]]}")
         argv += ["-n", str(processes)]
         names = [h for h, _ in layout]
-        if not all(n in LOOPBACK for n in names):
-            # Ranks in the order --hosts lays them out (srun's arbitrary distribution).
+        if not all(is_loopback(n) for n in names):
+            # Ranks in the order --hosts lays them out (srun's arbitrary distribution). This host's
+            # own name is a node of the allocation and is named; a loopback name is none.
             argv += ["--nodelist", ",".join(h for h, s in layout for _ in range(s)), "--distribution=arbitrary"]
         argv.append("--kill-on-bad-exit=1")
         if not _user_gave(opts.extra, "--cpu-bind"):

@@ -17,13 +17,13 @@ import time
 from dataclasses import dataclass
 
 from mlpstorage_py.errors import HostUnreachable
+from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.process import stop_tree
 from mlpstorage_py.results.logs import log
 
 AGENT_VARIABLES = ("PRTE_MCA_plm_ssh_agent", "OMPI_MCA_plm_rsh_agent", "HYDRA_LAUNCHER_EXEC")
 CONNECT_TIMEOUT_S = 10
 DEADLINE_S = 30.0
-LOCAL_NAMES = {"127.0.0.1", "localhost", "::1", "localhost.localdomain"}
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,6 @@ class Probe:
     ok: bool
     detail: str
     seconds: float
-
-
-def is_local(host: str) -> bool:
-    """This machine: a loopback name, or our own hostname (MPI starts no daemon there)."""
-    name = host.split(":")[0]
-    return name in LOCAL_NAMES or name in (socket.gethostname(), socket.getfqdn())
 
 
 def remote_shell(env: dict[str, str] | None = None) -> list[str]:
