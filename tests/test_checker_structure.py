@@ -25,7 +25,7 @@ from synthetic import (edit_json, edit_yaml, fresh, leaves_of, make_package, met
                        regenerate, scratch_dir, shift_leaf, duplicate_leaf, workload)
 
 OURS = {n for n, r in RULES.items()
-        if r.func.__module__ in (rules_structure.__name__, rules_leaves.__name__, rules_checkpointing.__name__,
+        if r.module in (rules_structure.__name__, rules_leaves.__name__, rules_checkpointing.__name__,
                                   rules_checkpointing_run.__name__)}
 
 

@@ -23,7 +23,7 @@ from synthetic import edit_json, edit_yaml, fresh, leaves_of, metadata_file, pri
 
 FAMILIES = ("vector_database", "kv_cache")
 OURS = {n for n, r in RULES.items()  # every module of section 5 (rules_vdb*) and section 6 (rules_kvcache*)
-        if r.func.__module__.startswith((rules_vdb.__name__, rules_kvcache.__name__))}
+        if r.module.startswith((rules_vdb.__name__, rules_kvcache.__name__))}
 REAL_VDB = REALDATA / "closed/TTA/results/seahorse-storage/vector_database/milvus/DISKANN"
 # SAMSUNG's DISKANN result (added to the corpus 2026-12-01): 2 datagen and 5 run leaves with metadata,
 # some config.json / result_verdict.json / recall_stats.json, one native statistics.json; no summary.json.
@@ -66,7 +66,7 @@ def test_every_rule_of_section_5_is_registered_or_not_applicable():
         assert RULES[number].name == names[number], number
     section = [n for n in names if n.startswith("5.")]
     assert [n for n in section if n not in RULES and n not in NOT_APPLICABLE] == []
-    assert RULES["5.6.1"].func.__module__.endswith("rules_common")  # the shared code-image check
+    assert RULES["5.6.1"].module.endswith("rules_common")  # the shared code-image check
 
 
 def test_closed_fixed_values_are_the_tools_open_defaults():

@@ -124,7 +124,7 @@ FAMILIES = ("1.", "2.", "3.", "4.", "6.", "LEAF-")
 @pytest.fixture(scope="module")
 def corpus():
     pkg, findings = checker.validate(REALDATA)
-    return [dict(f.as_dict(), result=checker.result_of(pkg, f.path)) for f in findings]
+    return [dict(f.as_dict(), result=pkg.result_of(f.path)) for f in findings]
 
 
 def _ours(findings):

@@ -264,7 +264,7 @@ def test_numbers_in_the_page_are_those_of_results_json(synthetic_page):
 def test_findings_are_validates_per_result(synthetic_page):
     pkg, findings = checker.validate(synthetic_page.root)
     for rel, section in sections(synthetic_page.dom).items():
-        expected = [(f.severity, f.rule) for f in findings if checker.result_of(pkg, f.path) == rel]
+        expected = [(f.severity, f.rule) for f in findings if pkg.result_of(f.path) == rel]
         shown = [(tr.attrs["data-severity"], tr.attrs["data-rule"]) for tr in section.has("data-severity")]
         assert shown == expected, rel
     vdb = sections(synthetic_page.dom)["closed/Acme/results/sys1/vector_database/milvus/HNSW"]

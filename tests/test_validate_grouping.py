@@ -24,6 +24,6 @@ def test_result_of_matches_the_scan_and_indexes_once(tmp_path, monkeypatch):
     calls = []
     real = type(pkg).results
     monkeypatch.setattr(type(pkg), "results", lambda self: calls.append(1) or real(self))
-    assert [checker.result_of(pkg, p) for p in probes] == expected
+    assert [pkg.result_of(p) for p in probes] == expected
     assert len(calls) <= 1
     assert "package" in expected and expected.count("package") < len(expected)

@@ -1,15 +1,20 @@
-"""The rule registry: one function per numbered rule, tagged with its number and name."""
+"""The rule registry: one Rule per numbered rule, holding the checks that decide it.
+
+A check declares the unit it judges (a leaf, a result, a system or the package) and receives
+that unit with its rule; the findings it yields are made by the rule object, so a rule's number
+is typed once, where it is registered. The runner (checker.runner) hands each unit to the checks
+of its scope as it walks the package, system after system.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
-
-if TYPE_CHECKING:
-    from mlpstorage_py.results.tree.package import Package
+from typing import Any, Callable, Iterable
 
 INVALID, WARNING, INFO = "INVALID", "WARNING", "INFO"
+LEAF, RESULT, SYSTEM, PACKAGE = "leaf", "result", "system", "package"
+SCOPES = (LEAF, RESULT, SYSTEM, PACKAGE)
 
 
 @dataclass(frozen=True)
@@ -25,27 +30,89 @@ class Finding:
                 "message": self.message}
 
 
-RuleFunc = Callable[["Package"], Iterable[Finding]]
+CheckFunc = Callable[["Rule", Any], Iterable[Finding]]
 
 
 @dataclass(frozen=True)
+class Check:
+    """One function of a rule, run on every unit of its scope (a leaf or result check may
+    name the benchmark, and a leaf check the phase, it is about: the others are not offered)."""
+    scope: str
+    func: CheckFunc
+    benchmark: str | None = None
+    command: str | None = None
+
+    def wants(self, unit: Any) -> bool:
+        return ((self.benchmark is None or unit.benchmark == self.benchmark)
+                and (self.command is None or unit.command == self.command))
+
+
+@dataclass(eq=False)
 class Rule:
     number: str
     name: str
-    func: RuleFunc
-    # True when the rule may run on each part of a large package in turn (Package.parts): what
-    # it says of a system's runs comes from that system's files alone, and what it says of the
-    # package as a whole it says only in the part that opens (pkg.opens) or closes (pkg.closes)
-    # the package. tests/test_validate_parts.py holds every such rule to the same findings as
-    # one run over the whole package.
-    parts: bool = False
+    checks: list[Check] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
-        return (self.func.__doc__ or "").strip().splitlines()[0] if self.func.__doc__ else ""
+        doc = next((c.func.__doc__ for c in self.checks if c.func.__doc__), None)
+        return doc.strip().splitlines()[0] if doc else ""
+
+    @property
+    def module(self) -> str:
+        """The module that defines the rule's checks."""
+        return self.checks[0].func.__module__ if self.checks else ""
+
+    def check(self, scope: str, benchmark: str | None = None,
+              command: str | None = None) -> Callable[[CheckFunc], CheckFunc]:
+        """Add a check of `scope` to this rule (see Check)."""
+        if scope not in SCOPES:
+            raise ValueError(f"rule {self.number}: unknown scope {scope!r}")
+
+        def add(func: CheckFunc) -> CheckFunc:
+            self.checks.append(Check(scope, func, benchmark, command))
+            return func
+        return add
 
     def finding(self, severity: str, path: Path | str, message: str) -> Finding:
         return Finding(self.number, self.name, severity, str(path), message)
+
+    def invalid(self, path: Path | str, message: str) -> Finding:
+        return self.finding(INVALID, path, message)
+
+    def warning(self, path: Path | str, message: str) -> Finding:
+        return self.finding(WARNING, path, message)
+
+    def info(self, path: Path | str, message: str) -> Finding:
+        return self.finding(INFO, path, message)
+
+    def note(self, pkg: Any, item: Any) -> None:
+        """Leave a small fact for this rule's package check (which runs after every system):
+        a rule that compares systems collects what it compares, never the records."""
+        pkg.notes.setdefault(self.number, []).append(item)
+
+    def notes(self, pkg: Any) -> list:
+        return pkg.notes.get(self.number, [])
+
+    def run(self, check: Check, unit: Any) -> list[Finding]:
+        """One check's findings on one unit; a crash is itself a finding, never a silent pass."""
+        try:
+            return list(check.func(self, unit))
+        except Exception as exc:  # noqa: BLE001 - report, do not hide
+            return [self.invalid(unit.root if check.scope == PACKAGE else unit.path,
+                                 f"checker error: {type(exc).__name__}: {exc}")]
+
+    # -- TRANSITION (issue 26): a rule still written over the whole package; goes with them.
+    def __call__(self, func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
+        self.checks.append(Check(PACKAGE, _documented(func)))
+        return func
+
+
+def _documented(func: Callable[[Any], Iterable[Finding]]) -> CheckFunc:
+    def check(rule: Rule, pkg: Any) -> Iterable[Finding]:
+        return func(pkg)
+    check.__doc__, check.__module__ = func.__doc__, func.__module__
+    return check
 
 
 RULES: dict[str, Rule] = {}
@@ -53,28 +120,17 @@ RULES: dict[str, Rule] = {}
 NOT_APPLICABLE: dict[str, str] = {}
 
 
-def rule(number: str, name: str, parts: bool = False) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a checker function for Rules `number` (`name` must match the rule index);
-    `parts`: see Rule.parts."""
-    def register(func: RuleFunc) -> RuleFunc:
-        if number in RULES:
-            raise ValueError(f"rule {number} registered twice")
-        RULES[number] = Rule(number, name, func, parts)
-        return func
-    return register
-
-
-def run_rule(number: str, pkg: "Package") -> list[Finding]:
-    """One rule's findings; a crash ends them with a finding that says so, never a silent pass."""
-    entry, found = RULES[number], []
-    try:
-        found.extend(entry.func(pkg))
-    except Exception as exc:  # noqa: BLE001 - report, do not hide
-        found.append(entry.finding(INVALID, pkg.root, f"checker error: {type(exc).__name__}: {exc}"))
-    return found
+def rule(number: str, name: str, parts: bool = False) -> Rule:
+    """Register Rules `number` (`name` must match the rule index) and return it; its checks are
+    added with Rule.check."""
+    if number in RULES:
+        raise ValueError(f"rule {number} registered twice")
+    RULES[number] = Rule(number, name)
+    return RULES[number]
 
 
 def finding(number: str, severity: str, path: Path | str, message: str) -> Finding:
+    """TRANSITION (issue 26): a finding named by number, for the rules not yet scoped."""
     return RULES[number].finding(severity, path, message)
 
 

@@ -156,7 +156,7 @@ def build(root: Path) -> tuple[str, dict[str, int]]:
     pkg, findings = checker.validate(root)
     grouped: dict[str, list[Finding]] = defaultdict(list)
     for f in findings:
-        grouped[checker.result_of(pkg, f.path)].append(f)
+        grouped[pkg.result_of(f.path)].append(f)
     by_workload: dict[Path, list[Leaf]] = defaultdict(list)
     for leaf in pkg.leaves:
         by_workload[leaf.workload_dir].append(leaf)

@@ -44,16 +44,11 @@ def _figure(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _summary(leaf: Leaf) -> dict[str, Any] | None:
-    summary = leaf.summary
-    return summary if isinstance(summary, dict) and files.UNREADABLE not in summary else None
-
-
 def run_problem(leaf: Leaf) -> str | None:
     """Why a run is not error-free (no summary, a partial failure, a failed trial), or None."""
-    summary = _summary(leaf)
+    summary = leaf.summary
     if summary is None:
-        return "no summary.json" if leaf.summary is None else f"summary.json unreadable: {leaf.broken('summary')}"
+        return f"summary.json unreadable: {leaf.broken('summary')}" if leaf.broken("summary") else "no summary.json"
     lost = partial_failure(summary)
     return f"partial failure: {lost.text()}" if lost is not None else None
 
@@ -68,11 +63,11 @@ def choose(runs: list[tuple[Leaf, bool, str]]) -> tuple[Leaf | None, list[str]]:
     ordered = sorted(runs, key=lambda r: r[0].path.name)
     problems = {leaf.path.name: _problem(leaf, finished, state) for leaf, finished, state in ordered}
     clean = [leaf for leaf, finished, _ in ordered if finished and problems[leaf.path.name] is None]
-    flagged = [leaf for leaf, finished, _ in ordered if finished and _summary(leaf) is not None]
+    flagged = [leaf for leaf, finished, _ in ordered if finished and leaf.summary is not None]
     chosen = clean[-1] if clean else (flagged[-1] if flagged else None)
     issues = []
     if chosen is not None and problems[chosen.path.name]:
-        lost = partial_failure(_summary(chosen))
+        lost = partial_failure(chosen.summary)
         note = " (Rules 6.3.4.1: the aggregate sums every rank of a trial; validate finds the result INVALID)" \
             if lost is not None and lost.missing_ranks else ""
         issues.append(f"{chosen.path.name}: {problems[chosen.path.name]}{note}")
@@ -133,7 +128,7 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
                         + "; ".join(f"{leaf.path.name} ({_problem(leaf, finished, state)})" for leaf, finished, state in runs))
         return out
     kv = Kv(chosen, LeafRecord(chosen.path), {})
-    options = (_summary(chosen) or {}).get("options")
+    options = (chosen.summary or {}).get("options")
     options = options if isinstance(options, dict) else {}
     out.figures = {"published_run": chosen.path.name, "columns": {}}
     for option in sorted(set(map(str, options)) | set(KV_GROUPS)):

@@ -16,7 +16,6 @@ from html import escape
 from pathlib import Path
 from typing import Any, Callable
 
-from mlpstorage_py.results.tree.files import UNREADABLE
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.errors import NotAvailable
 from mlpstorage_py.report import figures
@@ -59,7 +58,7 @@ def _number(value: Any) -> Value:
 
 def _metric(leaf: Leaf) -> dict[str, Any]:
     summary = leaf.summary or {}
-    metric = summary.get("metric") if UNREADABLE not in summary else None
+    metric = summary.get("metric")
     return metric if isinstance(metric, dict) else {}
 
 
@@ -95,9 +94,9 @@ def training(leaves: list[Leaf]) -> list[Chart]:
 def _checkpoint_rates(leaf: Leaf) -> dict[str, dict[int, Value]]:
     """Rank 0's per-checkpoint throughput (GiB/s) by phase, from 0_per_epoch_stats.json: the
     values whose mean is the published save/load_checkpoint_io_mean_GB_per_second."""
-    stats = leaf.json_object("0_per_epoch_stats.json") or {}
+    stats = leaf.json_object("0_per_epoch_stats.json").value or {}
     rates: dict[str, dict[int, Value]] = {"save": {}, "load": {}}
-    for epoch in sorted((k for k in stats if k != UNREADABLE), key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k)):
+    for epoch in sorted(stats, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k)):
         block = stats[epoch]
         for name, entry in (block.items() if isinstance(block, dict) else ()):
             match = CHECKPOINT_KEY.match(name)
@@ -124,10 +123,10 @@ def _kv_points(leaf: Leaf, prefix: str) -> tuple[list[str], list[dict[str, Any]]
     """(categories, records, which field set each record uses, notes) of one KV run: one record
     per Option and trial, or per Option where only the aggregated summary.json was kept."""
     categories, records, kinds, notes = [], [], [], []
-    options = (leaf.summary or {}).get("options") if UNREADABLE not in (leaf.summary or {}) else None
+    options = (leaf.summary or {}).get("options")
     options = options if isinstance(options, dict) else {}
     for option in KV_OPTIONS:
-        aggregate = (leaf.json_object(f"option_{option}_results.json") or {}).get("aggregate")
+        aggregate = (leaf.json_object(f"option_{option}_results.json").value or {}).get("aggregate")
         trials = aggregate.get("per_trial") if isinstance(aggregate, dict) else None
         if isinstance(trials, list) and trials:
             for index, trial in enumerate(trials):

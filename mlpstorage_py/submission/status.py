@@ -60,7 +60,7 @@ def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
     """One row per result, with its leaves (for --runs and --json)."""
     per_result: dict[str, list[Finding]] = {}
     for f in findings:
-        per_result.setdefault(checker.result_of(pkg, f.path), []).append(f)
+        per_result.setdefault(pkg.result_of(f.path), []).append(f)
     out = []
     for result in results(pkg):
         mine = per_result.get(result.workload.relative_to(pkg.root).as_posix(), [])

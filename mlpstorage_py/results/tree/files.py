@@ -282,6 +282,16 @@ def load_json(path: Path) -> tuple[Any, str | None]:
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
 
 
+def load_strict_json(path: Path) -> tuple[Any, str | None]:
+    """(data, None) or (None, why): as load_json, but text that is not UTF-8 is a problem too
+    (a record must be read as written, not with its bytes replaced)."""
+    text, problem = _strict_text(path)
+    if problem:
+        return None, problem
+    data, exc = _parsed_json(path, text)
+    return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
+
+
 def _or_unreadable(path: Path, parse: Any) -> Any:
     """Parsed data, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
     text, problem = _strict_text(path)

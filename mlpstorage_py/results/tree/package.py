@@ -1,111 +1,61 @@
-"""A submission package (or a live results tree) read once, as data the rules inspect."""
+"""A submission package (or a live results tree) read back: Package -> System -> Result -> Leaf.
+
+Listing the tree is cheap and done at once (Package.load); a leaf's records are read when first
+asked for and kept until its system is released (System.release), so a reader that walks the
+systems in turn holds one system's records at a time. Every record comes back as a Record: its
+value, or the one sentence that says why there is none.
+"""
 
 from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from fnmatch import translate
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from mlpstorage_py.results.tree import files
 from mlpstorage_py.results import code_image
+from mlpstorage_py.results.tree import files, layout
+from mlpstorage_py.results.tree.layout import DIVISIONS, PRIVATE_DIR, RESULTS_TABLE, TIMESTAMP, TRASH_DIR
+from mlpstorage_py.results.tree.values import as_number, dig, leaf_time, parse_time
+from mlpstorage_py.rules import tables
 
-TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
-DIVISIONS = ("closed", "open")
-# Where timestamp leaves sit below results/<system>/, by benchmark directory:
-# the number of path segments between the benchmark directory and the timestamp.
-LEAF_DEPTH = {"training": 2, "checkpointing": 1, "vector_database": 3, "kv_cache": 2}
-# The tool's own corner of a results tree (history, scratch, submissions) and the trash that
-# `mlpstorage runs rm` moves leaves to: never read as part of the package.
-PRIVATE_DIR = ".mlps"
-TRASH_DIR = Path(PRIVATE_DIR) / "trash"
-# The KV cache aggregate under the name older tool versions wrote (and Rules 6.3.4 still uses),
-# read where a leaf has no summary.json: kvcache_run_summary.json or kvcache_run_summary_<ts>.json.
-OLDER_KV_SUMMARY = "kvcache_run_summary*.json"
+__all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Package", "Record", "Result", "System",
+           "read_object"]
 
 
-@dataclass
-class Leaf:
-    path: Path
-    division: str
-    org: str
-    system: str
-    benchmark: str
-    parts: tuple[str, ...]
+@dataclass(frozen=True)
+class Record:
+    """One file read back: `value` when it was read, else `problem` says why not (missing,
+    a link, not a file, not UTF-8, not valid JSON, not an object). `path` is the file, or None
+    when there is none."""
+    value: Any
+    problem: str | None
+    path: Path | None
+    missing: bool = False
 
     @property
-    def model(self) -> str:
-        return self.parts[1] if self.benchmark == "vector_database" else self.parts[0]
-
-    @property
-    def command(self) -> str:
-        return "run" if self.benchmark == "checkpointing" else self.parts[-1]
-
-    @functools.cached_property
-    def workload_dir(self) -> Path:
-        return self.path.parent if self.benchmark == "checkpointing" else self.path.parent.parent
-
-    def glob(self, pattern: str) -> list[Path]:
-        """Entries of the leaf whose names match a glob pattern, in name order."""
-        matches = _glob_pattern(pattern)
-        return [files.child(self.path, name) for name in files.names(self.path) if matches(name)]
-
-    @functools.cached_property
-    def metadata_files(self) -> list[Path]:
-        return self.glob("*_metadata.json")
-
-    @functools.cached_property
-    def metadata(self) -> dict[str, Any] | None:
-        """The *_metadata.json object; None when absent, {"__unreadable__": why} when broken."""
-        found = self.metadata_files
-        return read_object(found[0]) if found else None
-
-    @functools.cached_property
-    def summary(self) -> dict[str, Any] | None:
-        found = self.glob("*summary.json") or (self.glob(OLDER_KV_SUMMARY) if self.benchmark == "kv_cache" else [])
-        return read_object(found[0]) if found else None
-
-    @functools.cached_property
-    def provenance(self) -> dict[str, Any] | None:
-        path = self.path / "provenance.json"
-        return read_object(path) if files.kind_of(path) in (files.FILE, files.LINK) else None
-
-    def json_object(self, name: str) -> dict[str, Any] | None:
-        """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json); None when absent
-        or a link, {"__unreadable__": why} when broken."""
-        path = self.path / name
-        return read_object(path) if files.kind_of(path) == files.FILE else None
-
-    @functools.cached_property
-    def results_table(self) -> dict[str, Any] | None:
-        """The result's results.json, which reportgen writes beside the run leaves; None when absent."""
-        path = self.path.parent / "results.json"
-        return read_object(path) if files.kind_of(path) == files.FILE else None
-
-    def broken(self, what: str) -> str | None:
-        """Why the leaf's metadata/summary/provenance cannot be read, or None."""
-        data = getattr(self, what)
-        return data.get(files.UNREADABLE) if isinstance(data, dict) else None
-
-    @functools.cached_property
-    def pointer(self) -> str | None:
-        return files.strict_text(self.path / code_image.POINTER_FILE)
-
-    @functools.cached_property
-    def stamped_edition(self) -> str:
-        edition = (self.provenance or {}).get("rules_edition")
-        return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
-
-    def forget(self) -> None:
-        """Drop what was read for this leaf (its part is done); asked again, it is read again."""
-        for name in _LEAF_READINGS:
-            self.__dict__.pop(name, None)
+    def ok(self) -> bool:
+        return self.problem is None
 
 
-_LEAF_READINGS = tuple(name for name, value in vars(Leaf).items()
-                       if isinstance(value, functools.cached_property) and name != "workload_dir")
+def read_object(path: Path) -> Record:
+    """A JSON file that must hold an object, read through the tree's one reading."""
+    name, kind = path.name, files.kind_of(path)
+    if kind is None:
+        return Record(None, f"{name} is missing", None, missing=True)
+    if kind == files.LINK:
+        return Record(None, f"{name} is a symbolic link (not followed)", path)
+    if kind != files.FILE:
+        return Record(None, f"{name} is a {kind}, not a file", path)
+    data, problem = files.load_strict_json(path)
+    if problem:
+        return Record(None, problem, path)
+    if not isinstance(data, dict):
+        return Record(None, f"{name} is not a JSON object", path)
+    return Record(data, None, path)
 
 
 @functools.cache
@@ -114,43 +64,315 @@ def _glob_pattern(pattern: str) -> Callable[[str], re.Match | None]:
     return re.compile(translate(pattern)).match
 
 
+@dataclass(eq=False)
+class Leaf:
+    """A timestamp directory: one invocation's records."""
+    path: Path
+    division: str
+    org: str
+    system: str
+    benchmark: str
+    parts: tuple[str, ...]  # the directory names between the benchmark directory and the leaf
+    package: "Package | None" = field(default=None, repr=False)
+
+    @property
+    def model(self) -> str:
+        return self.parts[layout.benchmarks()[self.benchmark]["model_at"] - 1]
+
+    @property
+    def command(self) -> str:
+        return self.parts[-1] if "{command}" in layout.benchmarks()[self.benchmark]["tail"] else "run"
+
+    @functools.cached_property
+    def workload_dir(self) -> Path:
+        spec = layout.benchmarks()[self.benchmark]
+        return self.path.parents[len(spec["tail"]) - spec["result_depth"]]
+
+    # -- records ------------------------------------------------------------------------
+    def glob(self, pattern: str) -> list[Path]:
+        """Entries of the leaf whose names match a glob pattern, in name order."""
+        matches = _glob_pattern(pattern)
+        return [files.child(self.path, name) for name in files.names(self.path) if matches(name)]
+
+    def record(self, kind: str) -> Record:
+        """A record the layout table names (metadata, summary, fs_separation, provenance)."""
+        cache = self.__dict__.setdefault("_records", {})
+        if kind not in cache:
+            cache[kind] = self._read(kind)
+        return cache[kind]
+
+    def _read(self, kind: str) -> Record:
+        spec = layout.record_kinds()[kind]
+        names = files.names(self.path)
+        for patterns in (spec["names"], (spec.get("older") or {}).get(self.benchmark) or ()):
+            matches = [_glob_pattern(p) for p in patterns]
+            found = next((name for name in names if any(m(name) for m in matches)), None)
+            if found is not None:
+                return read_object(files.child(self.path, found))
+        return Record(None, spec["missing"], None, missing=True)
+
+    def json_object(self, name: str) -> Record:
+        """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json)."""
+        cache = self.__dict__.setdefault("_objects", {})
+        if name not in cache:
+            cache[name] = read_object(self.path / name)
+        return cache[name]
+
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        return self.record("metadata").value
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        return self.record("summary").value
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        return self.record("provenance").value
+
+    def problem(self, kind: str) -> str | None:
+        """Why a record has no value (missing or broken), None when it was read."""
+        return self.record(kind).problem
+
+    def broken(self, kind: str) -> str | None:
+        """Why a record that is there cannot be read; None when it was read or is missing."""
+        found = self.record(kind)
+        return None if found.missing else found.problem
+
+    def has(self, kind: str) -> bool:
+        """Whether the leaf holds a file of this kind, readable or not."""
+        return not self.record(kind).missing
+
+    def path_of(self, kind: str) -> Path:
+        """The record's file, or the leaf itself when there is none (where a finding points)."""
+        return self.record(kind).path or self.path
+
+    @property
+    def metadata_files(self) -> list[Path]:
+        return [p for pattern in layout.record_kinds()["metadata"]["names"] for p in self.glob(pattern)]
+
+    @property
+    def results_table(self) -> Record:
+        """The result's results.json, which reportgen writes beside the run leaves."""
+        return read_object(self.path.parent / RESULTS_TABLE)
+
+    @functools.cached_property
+    def pointer(self) -> str | None:
+        return files.strict_text(self.path / code_image.POINTER_FILE)
+
+    @property
+    def stamped_edition(self) -> str:
+        edition = (self.provenance or {}).get("rules_edition")
+        return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
+
+    @property
+    def args(self) -> dict:
+        value = dig(self.metadata, "args")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def parameters(self) -> dict:
+        value = dig(self.metadata, "parameters")
+        return value if isinstance(value, dict) else {}
+
+    @functools.cached_property
+    def workload_config(self) -> dict | None:
+        """dlio_config/config.yaml's workload block: the configuration the engine actually ran."""
+        if not files.real_dir(self.path / "dlio_config"):
+            return None
+        data, problem = files.load_yaml(self.path / "dlio_config" / "config.yaml")
+        workload = dig(data, "workload") if not problem else None
+        return workload if isinstance(workload, dict) else None
+
+    # -- times --------------------------------------------------------------------------
+    @property
+    def name_time(self) -> datetime | None:
+        return leaf_time(self.path.name)
+
+    def aware_start_times(self) -> list[datetime]:
+        """Timezone-aware instants recorded at the start of the invocation."""
+        meta, fs_record = self.metadata, self.record("fs_separation").value
+        candidates = [dig(meta, "invocation_start_time"), dig(fs_record, "probed_at"),
+                      dig(meta, "cluster_snapshots", "start", "collection_timestamp"),
+                      dig(meta, "system_info", "collection_timestamp")]
+        found = [parse_time(c) for c in candidates]
+        return [t for t in found if t is not None and t.tzinfo is not None]
+
+    @functools.cached_property
+    def utc_offset(self) -> timedelta | None:
+        """The host's UTC offset, from the (local) leaf name against an aware start instant."""
+        if self.name_time is None:
+            return None
+        quarter = timedelta(minutes=15)
+        for instant in self.aware_start_times():
+            delta = self.name_time - instant.astimezone(timezone.utc).replace(tzinfo=None)
+            offset = round(delta / quarter) * quarter
+            if abs(delta - offset) <= timedelta(minutes=5) and abs(offset) <= timedelta(hours=14):
+                return offset
+        return None
+
+    def to_utc(self, value: datetime | None, fallback_offset: timedelta | None = None) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is not None:
+            return value.astimezone(timezone.utc)
+        offset = self.utc_offset if self.utc_offset is not None else fallback_offset
+        return None if offset is None else (value - offset).replace(tzinfo=timezone.utc)
+
+    def to_local(self, value: datetime | None) -> datetime | None:
+        """A naive local date-time comparable with leaf names, or None."""
+        if value is None or value.tzinfo is None:
+            return value
+        if self.utc_offset is None:
+            return None
+        return value.astimezone(timezone.utc).replace(tzinfo=None) + self.utc_offset
+
+    def summary_time(self, which: str) -> datetime | None:
+        """'start' or 'end' of the benchmark as its summary records it (DLIO: naive local)."""
+        summary = self.summary or {}
+        return parse_time(summary.get(which, summary.get(f"{which}_time")))
+
+    @functools.cached_property
+    def end_local(self) -> datetime | None:
+        """When the invocation ended, on the clock of the leaf names."""
+        end = self.to_local(self.summary_time("end"))
+        if end is not None:
+            return end
+        meta = self.metadata
+        runtime = as_number(dig(meta, "runtime"))
+        if self.name_time is not None and runtime is not None and runtime >= 0:
+            return self.name_time + timedelta(seconds=runtime)
+        start, stop = parse_time(dig(meta, "invocation_start_time")), parse_time(dig(meta, "invocation_end_time"))
+        if self.name_time is not None and start is not None and stop is not None and \
+                (start.tzinfo is None) == (stop.tzinfo is None):
+            return self.name_time + (stop - start)
+        return None
+
+    # -- TRANSITION (issue 26): the names the rules not yet scoped use; go with them.
+    @classmethod
+    def at(cls, path: Path) -> "Leaf":
+        """A leaf known by its path alone (its benchmark from the path's names)."""
+        names = path.parts
+        bench = next((n for n in names if n in layout.benchmarks()), "kv_cache")
+        at = len(names) - 1 - names[::-1].index(bench) if bench in names else len(names) - 1
+        return cls(path, "", "", "", bench, tuple(names[at + 1:-1]) or ("", ""))
+
+    @property
+    def meta(self) -> dict | None:
+        return self.metadata
+
+    @property
+    def meta_problem(self) -> str | None:
+        return self.problem("metadata")
+
+    @property
+    def meta_path(self) -> Path:
+        return self.path_of("metadata")
+
+    @property
+    def summary_problem(self) -> str | None:
+        return self.problem("summary")
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path_of("summary")
+
+    @property
+    def summary_name(self) -> str | None:
+        found = self.record("summary").path
+        return found.name if found is not None else None
+
+    @property
+    def fs_separation(self) -> tuple[dict | None, str | None]:
+        found = self.record("fs_separation")
+        return found.value, ("missing" if found.missing else found.problem)
+
+    def forget(self) -> None:
+        """Drop what was read for this leaf; asked again, it is read again."""
+        for name in ("_records", "_objects", "pointer", "workload_config", "utc_offset", "end_local"):
+            self.__dict__.pop(name, None)
+
+
+@dataclass(eq=False)
+class Result:
+    """A workload directory (Rules 1.3's result): one model's phases on one system."""
+    path: Path
+    system: "System"
+    benchmark: str
+    model: str
+    leaves: list[Leaf] = field(default_factory=list)
+
+    def phase(self, command: str) -> list[Leaf]:
+        return [leaf for leaf in self.leaves if leaf.command == command]
+
+    @property
+    def division(self) -> str:
+        return self.system.division
+
+    @property
+    def org(self) -> str:
+        return self.system.org
+
+
+@dataclass(eq=False)
+class System:
+    """<division>/<org>/results/<system>/: every result of one system under test."""
+    path: Path
+    division: str
+    org: str
+    name: str
+    package: "Package"
+    leaves: list[Leaf] = field(default_factory=list)
+
+    @functools.cached_property
+    def results(self) -> list[Result]:
+        """Every real workload directory of the system (with leaves or none), in name order."""
+        found = []
+        for bench, spec in layout.benchmarks().items():
+            by_dir: dict[Path, list[Leaf]] = {}
+            for leaf in self.leaves:
+                if leaf.benchmark == bench:
+                    by_dir.setdefault(leaf.workload_dir, []).append(leaf)
+            for path, rel in _dirs_at(self.path / bench, spec["result_depth"] - 2):
+                found.append(Result(path, self, bench, rel[-1], by_dir.pop(path, [])))
+        return found
+
+    def release(self, since: tuple[int, ...]) -> None:
+        """Forget what was read below this system since a files.mark(): its rules are done."""
+        files.forget_below(frozenset({str(self.path)}), since)
+        for leaf in self.leaves:
+            leaf.forget()
+
+
 def _subdirs(directory: Path) -> list[Path]:
     """Real subdirectories, sorted; a symlinked directory is never entered (rule 1.1 reports it)."""
     return [path for _, kind, path in files.entries(directory) if kind == files.DIR]
 
 
-def _leaf_dirs(bench_dir: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterator[tuple[Path, tuple[str, ...]]]:
-    """Timestamp directories `depth` levels below a benchmark directory, with the names between."""
-    for sub in _subdirs(bench_dir):
+def _dirs_at(directory: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterator[tuple[Path, tuple[str, ...]]]:
+    """Real directories `depth` levels below `directory` (depth 0: its children), with the names between."""
+    for sub in _subdirs(directory):
         if depth == 0:
-            if TIMESTAMP.match(sub.name):
-                yield sub, rel
+            yield sub, rel + (sub.name,)
         else:
-            yield from _leaf_dirs(sub, depth - 1, rel + (sub.name,))
+            yield from _dirs_at(sub, depth - 1, rel + (sub.name,))
 
 
-def read_object(path: Path) -> dict[str, Any]:
-    """A JSON file that must hold an object; any other shape is reported like a parse error."""
-    data = files.json_or_unreadable(path)
-    return data if isinstance(data, dict) else {files.UNREADABLE: f"{path.name}: not a JSON object"}
-
-
-@dataclass
+@dataclass(eq=False)
 class Package:
-    """The package, or one part of it (Package.parts): a part holds some of its systems, each
-    with all its leaves, and shares its organizations and submission.yaml."""
+    """The package: its organizations, systems and leaves, listed once; records read on demand."""
     root: Path
     leaves: list[Leaf] = field(default_factory=list)
     reference_digest: str | None = None  # --reference-checksum
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
-    # Every real directory below <division>/<org>/results/, with how many leaves it holds, in
-    # the order of the leaves.
-    system_dirs: list[tuple[Path, int]] = field(default_factory=list)
-    # For a part: the package it is part of, and whether it is the first part (which says what
-    # a rule says of the package as a whole) or the last.
-    whole: "Package | None" = None
-    opens: bool = True
-    closes: bool = True
+    systems: list[System] = field(default_factory=list)
+    _manifests: dict = field(default_factory=dict, repr=False)
+    _images: dict = field(default_factory=dict, repr=False)
+    _editions: dict = field(default_factory=dict, repr=False)
+    _descriptions: dict = field(default_factory=dict, repr=False)
+    # What checks of a smaller scope leave for a package check of the same rule (Rule.note):
+    # rule number -> items, in the order the systems were walked.
+    notes: dict[str, list] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
@@ -163,74 +385,39 @@ class Package:
                     continue
                 pkg.orgs.append((division, org_dir.name, org_dir))
                 for system_dir in _subdirs(org_dir / "results"):
-                    before = len(pkg.leaves)
-                    for bench, depth in LEAF_DEPTH.items():
-                        for leaf, rel in _leaf_dirs(system_dir / bench, depth):
-                            pkg.leaves.append(Leaf(leaf, division, org_dir.name, system_dir.name, bench, rel))
-                    pkg.system_dirs.append((system_dir, len(pkg.leaves) - before))
+                    system = System(system_dir, division, org_dir.name, system_dir.name, pkg)
+                    for bench in layout.benchmarks():
+                        for leaf_dir, rel in _dirs_at(system_dir / bench, layout.leaf_depth(bench)):
+                            if TIMESTAMP.match(leaf_dir.name):
+                                system.leaves.append(Leaf(leaf_dir, division, org_dir.name, system_dir.name,
+                                                          bench, rel[:-1], pkg))
+                    pkg.systems.append(system)
+                    pkg.leaves.extend(system.leaves)
         return pkg
 
-    def parts(self, most_leaves: int) -> list["Package"]:
-        """The package as consecutive runs of whole systems of at most `most_leaves` leaves each
-        (a bigger system is a part alone); the package itself when it fits one part. The rules
-        that allow it (Rule.parts) run part after part, so what they read of one part is
-        released before the next (checker.validate): memory stays that of one part."""
-        if len(self.leaves) <= most_leaves:
-            return [self]
-        groups: list[list[tuple[Path, int]]] = [[]]
-        held = 0
-        for system_dir, count in self.system_dirs:
-            if groups[-1] and held + count > most_leaves:
-                groups.append([])
-                held = 0
-            groups[-1].append((system_dir, count))
-            held += count
-        found, start = [], 0
-        for i, group in enumerate(groups):
-            count = sum(n for _, n in group)
-            found.append(Package(self.root, self.leaves[start:start + count], self.reference_digest, self.orgs,
-                                 system_dirs=group, whole=self, opens=i == 0, closes=i == len(groups) - 1))
-            start += count
-        return found
-
-    @functools.cached_property
-    def system_keys(self) -> frozenset[str]:
-        """The system directories' paths, as strings."""
-        return frozenset(str(d) for d, _ in self.system_dirs)
-
-    def relative(self, path: Path) -> str:
+    def relative(self, path: Path | str) -> str:
         """A path below the root as the reports name it, relative to the root (a string cut:
         Path.relative_to costs 20 us, and a large package asks it of every leaf)."""
         return str(path)[len(str(self.root).rstrip("/")) + 1:]
 
-    def includes(self, system_dir: Path) -> bool:
-        """Whether a directory below <division>/<org>/results/ is one of this part's systems."""
-        return self.whole is None or str(system_dir) in self.system_keys
-
-    def release(self, since: tuple[int, ...]) -> None:
-        """Forget what was read below this part's systems since a files.mark(), and what the
-        rules kept on the part (a part of a package, once done)."""
-        if self.whole is not None:
-            files.forget_below(frozenset(str(d.parent) for d, _ in self.system_dirs), since)
-            for leaf in self.leaves:
-                leaf.forget()
-            for name in [name for name in vars(self) if name not in _PACKAGE_FIELDS]:
-                del self.__dict__[name]
-
     @functools.cached_property
-    def _index(self) -> dict[tuple[Path, str], list[Leaf]]:
-        index: dict[tuple[Path, str], list[Leaf]] = {}
-        for leaf in self.leaves:
-            index.setdefault((leaf.workload_dir, leaf.command), []).append(leaf)
-        return index
-
-    def in_workload(self, workload: Path, command: str) -> list[Leaf]:
-        """The leaves of one phase of one workload directory (kept linear for large packages)."""
-        return self._index.get((workload, command), [])
+    def result_names(self) -> dict[str, str]:
+        """{path: name relative to the root} of the workload directories holding leaves, in order."""
+        return {str(r): self.relative(r) for r in sorted({leaf.workload_dir for leaf in self.leaves})}
 
     def results(self) -> list[Path]:
         """Workload directories holding leaves (Rules 1.3 results), in order."""
-        return sorted({leaf.workload_dir for leaf in self.leaves})
+        return [Path(p) for p in self.result_names]
+
+    def result_of(self, path: str) -> str:
+        """The result a path belongs to, or 'package': the outermost result directory among the
+        path and its parents."""
+        names, found, probe = self.result_names, "package", path
+        while probe:
+            found = names.get(probe, found)
+            parent = probe.rpartition("/")[0]
+            probe = parent if parent != probe else ""
+        return found
 
     def image_dirs(self) -> list[Path]:
         """Every code-<hash8> directory: the tree-level pool and per-organization pools."""
@@ -242,27 +429,72 @@ class Package:
     def resolve_image(self, leaf: Leaf, digest: str) -> Path | None:
         """A pointer resolves against code-images/ first, then the leaf's organization pool
         (looked up once per organization and image: the leaves of a submission share a few)."""
-        cache = vars(self).setdefault("_images", {})
         key = (leaf.org, digest[:8])
-        if key not in cache:
-            cache[key] = None
+        if key not in self._images:
+            self._images[key] = None
             for pool in (self.root / code_image.POOL_DIR, self.root / leaf.org):
                 candidate = pool / f"code-{digest[:8]}"
                 if (candidate / code_image.HASH_FILE).is_file():
-                    cache[key] = candidate
+                    self._images[key] = candidate
                     break
-        return cache[key]
+        return self._images[key]
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
-        """<division>/<org>/submission.yaml, parsed once per validation (a part asks its package)."""
-        if self.whole is not None:
-            return self.whole.manifest(division, org)
-        cache = vars(self).setdefault("_manifests", {})
-        if (division, org) not in cache:
+        """<division>/<org>/submission.yaml, parsed once per reading."""
+        if (division, org) not in self._manifests:
             path = self.root / division / org / "submission.yaml"
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed
-            cache[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
-        return cache[(division, org)]
+            self._manifests[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
+        return self._manifests[(division, org)]
 
+    def edition_of(self, division: str, org: str) -> str:
+        """The edition a submission declares in submission.yaml, else the current edition."""
+        if (division, org) not in self._editions:
+            known = tables.editions()["editions"]
+            chosen = tables.editions()["current_edition"]
+            found = self.manifest(division, org)
+            if found and isinstance(found[1], dict) and str(found[1].get("rules_edition")) in known:
+                chosen = str(found[1].get("rules_edition"))
+            self._editions[(division, org)] = chosen
+        return self._editions[(division, org)]
 
-_PACKAGE_FIELDS = frozenset(f.name for f in fields(Package))
+    def system_description(self, division: str, org: str, system: str) -> tuple[dict | None, str | None, Path]:
+        """(system_under_test, problem, path) of systems/<system>.yaml, looked up once per system."""
+        key = (division, org, system)
+        if key not in self._descriptions:
+            path = self.root / division / org / "systems" / f"{system}.yaml"
+            data, problem = files.load_yaml(path) if files.real_dir(path.parent) else (None, "systems/ is not a directory")
+            if problem is None:
+                sut = dig(data, "system_under_test")
+                if not isinstance(sut, dict):
+                    data, problem = None, f"{path.name} has no system_under_test mapping"
+                else:
+                    data = sut
+            self._descriptions[key] = (data, problem, path)
+        return self._descriptions[key]
+
+    # -- TRANSITION (issue 26): what the rules not yet scoped ask of a package; goes with them.
+    opens = closes = True
+    whole = None
+
+    def includes(self, system_dir: Path) -> bool:
+        return True
+
+    @property
+    def system_dirs(self) -> list[tuple[Path, int]]:
+        return [(s.path, len(s.leaves)) for s in self.systems]
+
+    def leaf_at(self, path: Path) -> Leaf:
+        if "_at" not in self.__dict__:
+            self.__dict__["_at"] = {leaf.path: leaf for leaf in self.leaves}
+        return self.__dict__["_at"].get(path) or Leaf.at(path)
+
+    @functools.cached_property
+    def _index(self) -> dict[tuple[Path, str], list[Leaf]]:
+        index: dict[tuple[Path, str], list[Leaf]] = {}
+        for leaf in self.leaves:
+            index.setdefault((leaf.workload_dir, leaf.command), []).append(leaf)
+        return index
+
+    def in_workload(self, workload: Path, command: str) -> list[Leaf]:
+        return self._index.get((workload, command), [])

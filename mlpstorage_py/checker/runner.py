@@ -1,0 +1,45 @@
+"""The checks run as the package is walked: system after system, each result's leaves, then
+the result, then the system; a system's records are released once its checks are done, so a
+validation holds one system's records however large the package. The package's own checks
+come last; they read what the listing and the submissions' manifests hold."""
+
+from __future__ import annotations
+
+from mlpstorage_py.checker.registry import LEAF, PACKAGE, RESULT, SCOPES, SYSTEM, Check, Finding, Rule
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Package, System
+
+Found = dict[str, list[Finding]]
+Checks = dict[str, list[tuple[Rule, Check]]]
+
+
+def by_scope(rules: list[Rule]) -> Checks:
+    return {scope: [(r, c) for r in rules for c in r.checks if c.scope == scope] for scope in SCOPES}
+
+
+def check_system(system: System, checks: Checks, found: Found) -> None:
+    """Every leaf, result and system check on one system, its readings released after."""
+    since = files.mark()
+    for result in system.results:
+        for leaf in result.leaves:
+            for rule, check in checks[LEAF]:
+                if check.wants(leaf):
+                    found[rule.number].extend(rule.run(check, leaf))
+        for rule, check in checks[RESULT]:
+            if check.benchmark is None or check.benchmark == result.benchmark:
+                found[rule.number].extend(rule.run(check, result))
+    for rule, check in checks[SYSTEM]:
+        found[rule.number].extend(rule.run(check, system))
+    system.release(since)
+
+
+def check_package(pkg: Package, systems: list[System], rules: list[Rule], package_checks: bool = True) -> Found:
+    """{rule number: findings} of `rules` on some of the package's systems, and with
+    `package_checks` the package's own checks."""
+    checks = by_scope(rules)
+    found: Found = {r.number: [] for r in rules}
+    for system in systems:
+        check_system(system, checks, found)
+    for rule, check in checks[PACKAGE] if package_checks else ():
+        found[rule.number].extend(rule.run(check, pkg))
+    return found
