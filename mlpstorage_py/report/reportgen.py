@@ -17,7 +17,7 @@ from mlpstorage_py.report import figures, kv_rows, manifest, table
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
-from mlpstorage_py.submission.leaves import FAILED, INCOMPLETE, state
+from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, state
 
 PUBLIC_IDS = "public_ids.json"
 

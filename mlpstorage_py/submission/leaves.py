@@ -1,12 +1,7 @@
-"""What status, submit and runs say about each leaf of the one results model (checker.package).
-
-A leaf's state comes from what the lifecycle wrote into it: the metadata is written last
-(benchmarks/lifecycle.py), with exit_status and failure, so a leaf without its end record was
-cut short (SIGKILL, power loss) and is `incomplete`; one that records a failure is `failed`.
-Leaves made by the reference tool (published packages) carry no exit_status: their metadata's
-end time or runtime, or, where the metadata is not kept, the engine's summary.json, says they
-finished. Only `ok` leaves count towards a result; `ok` leaves beyond the required number are
-`extra` (the earliest are counted, as the rules count runs from the warm-up on).
+"""What status, submit and runs say about each leaf of the one results model (results.tree):
+its state (results.tree.run_state), its image, the results it counts towards. Only `ok` leaves
+count towards a result; `ok` leaves beyond the required number are `extra` (the earliest are
+counted, as the rules count runs from the warm-up on).
 """
 
 from __future__ import annotations
@@ -19,11 +14,9 @@ from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import PRIVATE_DIR, Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, UsageError
 from mlpstorage_py.results import code_image
+from mlpstorage_py.results.tree.run_state import EXTRA, OK, state
 from mlpstorage_py.rules.tables import checker
 
-OK, FAILED, INCOMPLETE, EXTRA = "ok", "failed", "incomplete", "extra"
-STATES = (OK, FAILED, INCOMPLETE, EXTRA)
-RUNNING = ("running", "started")
 PHASES = {"datasize": 0, "datagen": 1, "run": 2}  # the order a result's leaves are listed in
 
 
@@ -45,27 +38,6 @@ def private_path(root: Path, *parts: str) -> Path:
 def leaf_id(pkg: Package, leaf: Leaf) -> str:
     """A leaf's ID is its path relative to the tree root (unique, and what validate prints)."""
     return leaf.path.relative_to(pkg.root).as_posix()
-
-
-def state(leaf: Leaf) -> tuple[str, str]:
-    """(ok | failed | incomplete, why) from the leaf's own records."""
-    meta = leaf.metadata
-    if leaf.broken("metadata"):
-        return INCOMPLETE, f"metadata unreadable: {leaf.broken('metadata')}"
-    if isinstance(meta, dict):
-        if str(meta.get("status", "")).lower() in RUNNING:
-            return INCOMPLETE, "metadata says the run is still running and records no end"
-        if "exit_status" in meta:
-            code, failure = meta.get("exit_status"), meta.get("failure")
-            if code == 0 and not failure:
-                return OK, "exit 0"
-            return FAILED, f"exit {code}: {failure or 'failed'}"
-        if meta.get("invocation_end_time") or isinstance(meta.get("runtime"), (int, float)):
-            return OK, "finished (end time recorded)"
-        return INCOMPLETE, "metadata records no end time"
-    if isinstance(leaf.summary, dict):
-        return OK, "no metadata; the engine's summary.json is present"
-    return INCOMPLETE, "no metadata (the run never finished writing its leaf)"
 
 
 def size_of(path: Path) -> int:

@@ -20,7 +20,8 @@ from mlpstorage_py.results.tree.package import TIMESTAMP, TRASH_DIR, Leaf, Packa
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
-from mlpstorage_py.submission.leaves import (EXTRA, find_leaves, human, image_of, leaf_id, private_path, results,
+from mlpstorage_py.results.tree.run_state import EXTRA
+from mlpstorage_py.submission.leaves import (find_leaves, human, image_of, leaf_id, private_path, results,
                                              size_of)
 
 AGE = re.compile(r"^(\d+)([dhm])$")

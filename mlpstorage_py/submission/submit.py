@@ -34,7 +34,8 @@ from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
-from mlpstorage_py.submission.leaves import (FAILED, INCOMPLETE, human, image_of, leaf_id, placeholders, private_path,
+from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE
+from mlpstorage_py.submission.leaves import (human, image_of, leaf_id, placeholders, private_path,
                                              results)
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
