@@ -18,6 +18,7 @@ from conftest import all_leaves
 from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import kvcache
 from mlpstorage_py.errors import UsageError
+from mlpstorage_py.launch import job
 
 SMALL = {
     "user_templates": {
@@ -207,7 +208,7 @@ def test_failed_trials_still_write_the_summary(cli, results, cache_dir, small_co
         stderr_path.write_text("rank 1 died\n")
         return 1
 
-    monkeypatch.setattr(kvcache, "run_logged", fake_run)
+    monkeypatch.setattr(job, "run_logged", fake_run)
     res = cli("open", "kvcache", "run", "-np", "2", "--cache-dir", cache_dir, "-rd", results, "-sn", "sys1",
               "--model", "tiny-1b", "--trials", "2", "--inter-option-delay", "0", "--option", "1", "--config", small_config)
     assert res.rc == 6 and "partial failure" in res.err

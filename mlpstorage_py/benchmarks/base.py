@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import abc
-import contextlib
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, ContextManager
 
 from mlpstorage_py.errors import GateRefused, UsageError
+from mlpstorage_py.launch.job import scratch_dir
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
 
@@ -80,17 +78,9 @@ class Benchmark(abc.ABC):
         self.results_dir: Path | None = None
         self.workload_dir: Path | None = None
 
-    @contextlib.contextmanager
-    def scratch(self) -> Iterator[Path]:
-        """A working directory on the (shared) results filesystem for engine configs and the
-        files engines drop in their current directory; removed afterwards."""
-        root = (self.results_dir or Path(tempfile.gettempdir())) / ".mlps" / "scratch"
-        root.mkdir(parents=True, exist_ok=True)
-        path = Path(tempfile.mkdtemp(prefix=f"{self.benchmark_type}-", dir=root))
-        try:
-            yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
+    def scratch(self) -> ContextManager[Path]:
+        """This benchmark's scratch directory (launch.job.scratch_dir), removed afterwards."""
+        return scratch_dir(self.results_dir, self.benchmark_type)
 
     @abc.abstractmethod
     def leaf_tail(self) -> Path:

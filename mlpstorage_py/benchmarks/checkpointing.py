@@ -23,8 +23,8 @@ from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
 from mlpstorage_py.launch import hostinfo, libraries
 from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
-from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
@@ -158,22 +158,19 @@ class CheckpointingBenchmark(Benchmark):
                                  f"{' and '.join(plan.engine_parameters['phases'])} as separate invocations, "
                                  "each with its own Hydra record in dlio_<phase>/dlio_config")
             return
+        ckpt = plan.parameters["checkpoint"]
+        count = ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"]
+        stdout, stderr = leaf / "checkpointing_run.stdout.log", leaf / "checkpointing_run.stderr.log"
+        # Progress: the engine's rank 0 prints a line per checkpoint done, after its timed span.
+        marks = progress.LogMarks(stdout, r"\b((?:save|load)_ckpt\d+):")
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
-            ckpt = plan.parameters["checkpoint"]
-            work = plan.engine_parameters["checkpoint_bytes"] * (ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"])
-            plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]), io_bytes=work)
-            log.info(f"checkpoint engine deadline: {plan.deadline_s:.0f} s")
-            # Progress: the engine's rank 0 prints a line per checkpoint done, after its timed span.
-            marks = progress.LogMarks(leaf / "checkpointing_run.stdout.log", r"\b((?:save|load)_ckpt\d+):")
-            with progress.polled("checkpoints", ckpt["num_checkpoints_write"] + ckpt["num_checkpoints_read"], marks,
-                                 "written/read"):
-                code = run_logged(plan.commands[0], stdout_path=leaf / "checkpointing_run.stdout.log",
-                                  stderr_path=leaf / "checkpointing_run.stderr.log", cwd=scratch,
-                                  label="checkpoint engine", echo=bool(self.request.arg("verbose")),
-                                  deadline_s=plan.deadline_s)
-            require_success(code, "checkpoint engine", leaf / "checkpointing_run.stderr.log")
+            plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]),
+                                           io_bytes=plan.engine_parameters["checkpoint_bytes"] * count)
+            run_job(Job(plan.commands[0], "checkpoint engine", stdout, stderr, plan.deadline_s,
+                        echo=bool(self.request.arg("verbose")),
+                        progress=progress.polled("checkpoints", count, marks, "written/read")), leaf, scratch)
         _write_config_record(leaf, plan, self.request.args)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:

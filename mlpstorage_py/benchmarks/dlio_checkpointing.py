@@ -23,8 +23,8 @@ from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, UsageError
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill
-from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.io import read_json, write_json
 from mlpstorage_py.results.logs import log
 
@@ -90,11 +90,8 @@ def execute(bench: Any, plan: Plan, leaf: Path) -> None:
             count = ckpt["num_checkpoints_write" if phase == "write" else "num_checkpoints_read"]
             deadline = job_deadline(bench.request.args, len(plan.client_hosts or [1]),
                                     io_bytes=params["checkpoint_bytes"] * count)
-            log.info(f"DLIO checkpoint {phase}: deadline {deadline:.0f} s")
-            code = run_logged(argv, stdout_path=out / LOGS[0], stderr_path=out / LOGS[1], cwd=scratch,
-                              label=f"DLIO checkpoint {phase}", echo=bool(bench.request.arg("verbose")),
-                              deadline_s=deadline)
-            require_success(code, f"DLIO checkpoint {phase}", out / LOGS[1])
+            run_job(Job(argv, f"DLIO checkpoint {phase}", out / LOGS[0], out / LOGS[1], deadline,
+                        echo=bool(bench.request.arg("verbose"))), leaf, scratch)
         plan.commands = commands
     merge(leaf, params["phases"], plan.num_processes, drops, params["engine"])
 

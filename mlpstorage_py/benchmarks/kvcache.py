@@ -38,7 +38,8 @@ from mlpstorage_py.launch import libraries
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
-from mlpstorage_py.launch.process import error_line, run_logged
+from mlpstorage_py.launch.job import Job, run_job
+from mlpstorage_py.launch.process import error_line
 from mlpstorage_py.results import fs_probe
 from mlpstorage_py.results.code_image import source_root
 from mlpstorage_py.results.io import write_json
@@ -407,8 +408,8 @@ class KVCacheBenchmark(Benchmark):
                     outputs.append({"command": " ".join(argv), "stdout": str(out), "stderr": str(err)})
                     log.info(f"option {key} trial {trial + 1}/{seq['trials']}: {total} rank(s), {option['duration']} s")
                     try:
-                        code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=scratch, deadline_s=deadline,
-                                          label=f"kvcache option {key} trial {trial}", echo=bool(req.arg("verbose")))
+                        code = run_job(Job(argv, f"kvcache option {key} trial {trial}", out, err, deadline,
+                                           echo=bool(req.arg("verbose")), check=False), leaf, scratch).code
                     except (TimeoutExpired, Interrupted, KeyboardInterrupt) as exc:  # tree is down; record, re-raise
                         stopped = exc
                         failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"

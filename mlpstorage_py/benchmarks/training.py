@@ -19,8 +19,8 @@ from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
-from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker
@@ -343,17 +343,13 @@ class TrainingBenchmark(Benchmark):
             else:
                 self._drop_caches(plan)
             write_json(leaf / LEAF_MANIFEST, self.manifest)
+        stdout, stderr = (leaf / f"training_{self.request.command}.{kind}.log" for kind in ("stdout", "stderr"))
         with self.scratch() as scratch:
             dlio.write_workload(scratch, self._workload_name(), plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
-            label = f"training_{self.request.command}"
             plan.deadline_s = self._deadline(plan)
-            log.info(f"DLIO deadline: {plan.deadline_s:.0f} s")
-            with self._progress(plan, leaf / f"{label}.stderr.log"):
-                code = run_logged(plan.commands[0], stdout_path=leaf / f"{label}.stdout.log",
-                                  stderr_path=leaf / f"{label}.stderr.log", cwd=scratch, label="DLIO",
-                                  echo=bool(self.request.arg("verbose")), deadline_s=plan.deadline_s)
-            require_success(code, "DLIO", leaf / f"{label}.stderr.log")
+            run_job(Job(plan.commands[0], "DLIO", stdout, stderr, plan.deadline_s, echo=bool(self.request.arg("verbose")),
+                        progress=self._progress(plan, stderr)), leaf, scratch)
 
     def _progress(self, plan: Plan, stderr_log: Path) -> Any:
         """Datagen: the training files in the data directory; run: the epochs DLIO logged ending."""

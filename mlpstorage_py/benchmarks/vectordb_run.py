@@ -249,8 +249,8 @@ class QueryRun:
         """The ranks over the client hosts, each writing its file into the leaf; every file is
         checked and the measurement is aggregated from them (clients.aggregate)."""
         from mlpstorage_py.launch.deadline import job_deadline
+        from mlpstorage_py.launch.job import Job, run_job
         from mlpstorage_py.launch.mpi import fill, host_slots
-        from mlpstorage_py.launch.process import require_success, run_logged
         from mlpstorage_py.vectordb.clients import aggregate, placement, read_ranks
 
         p, leaf = self.plan.parameters, self.leaf
@@ -268,13 +268,9 @@ class QueryRun:
         with self.bench.scratch() as scratch:
             argv = fill(rank_command(opts, processes), leaf, scratch)
             self.plan.commands = [argv]
-            started = time.monotonic()
-            code = run_logged(argv, stdout_path=leaf / "vectordb_ranks.stdout.log",
-                              stderr_path=leaf / "vectordb_ranks.stderr.log", cwd=scratch,
-                              label="vectordb query ranks", echo=bool(self.request.arg("verbose")),
-                              deadline_s=deadline)
-            wall = time.monotonic() - started
-        require_success(code, "vectordb query ranks", leaf / "vectordb_ranks.stderr.log")
+            done = run_job(Job(argv, "vectordb query ranks", leaf / "vectordb_ranks.stdout.log",
+                               leaf / "vectordb_ranks.stderr.log", deadline, echo=bool(self.request.arg("verbose"))),
+                           leaf, scratch)
         docs = read_ranks(leaf, processes)
         measured = aggregate(docs, truth, search["search_limit"])
         wanted = placement(slots)
@@ -283,7 +279,7 @@ class QueryRun:
             rank["placed_on"] = wanted[rank["rank"]]
         measured["query_clients"] = {
             "launcher": "mpi", "command": argv, "layout": [list(s) for s in slots], "ranks": processes,
-            "hosts": measured.pop("hosts"), "deadline_s": deadline, "launch_wall_seconds": wall,
+            "hosts": measured.pop("hosts"), "deadline_s": deadline, "launch_wall_seconds": done.wall_s,
             "rank_files": [f"vectordb_rank_{r}.json" for r in range(processes)], "spec": SPEC_FILE,
             "aggregation": {
                 "total_time_seconds": "max over ranks of the rank's timed seconds (start barrier to its last batch)",

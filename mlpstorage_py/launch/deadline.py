@@ -7,14 +7,15 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks.workloads import configs_dir
+from mlpstorage_py.results.code_image import source_root
 
 MIB = 2 ** 20
 
 
 @functools.lru_cache(maxsize=1)
 def settings() -> dict[str, float]:
-    with open(configs_dir() / "tool.yaml", encoding="utf-8") as fh:
+    """configs/tool.yaml's deadline table (read from the source tree: launch sits below benchmarks)."""
+    with open(source_root() / "configs" / "tool.yaml", encoding="utf-8") as fh:
         return {k: float(v) for k, v in yaml.safe_load(fh)["deadline"].items()}
 
 

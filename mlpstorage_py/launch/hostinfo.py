@@ -16,7 +16,6 @@ import os
 import platform
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.host_config import host_config
 from mlpstorage_py.launch.hostnames import is_local
+from mlpstorage_py.launch.job import scratch_dir
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command, uses_remote_shell
 from mlpstorage_py.results.host import meminfo_bytes
 
@@ -148,20 +148,18 @@ def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, d
     """Run this module as `ranks` MPI ranks; every rank's facts, in rank order."""
     from mlpstorage_py.launch.process import run_logged
 
-    root = results_dir / ".mlps" / "scratch"
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="hostinfo-", dir=root) as tmp:
-        out = Path(tmp) / "hosts.json"
+    with scratch_dir(results_dir, "hostinfo") as tmp:
+        out = tmp / "hosts.json"
         program = [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + (["--drop-cache"] if drop_cache else [])
         argv = mpi_command(opts, ranks, program)
         deadline = deadline_s or host_facts_deadline({}, ranks)
-        code = run_logged(argv, stdout_path=Path(tmp) / "out.log", stderr_path=Path(tmp) / "err.log", cwd=Path(tmp),
+        code = run_logged(argv, stdout_path=tmp / "out.log", stderr_path=tmp / "err.log", cwd=tmp,
                           label=label, deadline_s=deadline)
         if code != 0 or not out.is_file():
             from mlpstorage_py.launch.process import error_line
 
             raise BenchmarkFailed(f"{label} over MPI on {', '.join(opts.hosts)} failed (exit {code}): "
-                                  f"{error_line(Path(tmp) / 'err.log') or 'no output'}")
+                                  f"{error_line(tmp / 'err.log') or 'no output'}")
         facts = json.loads(out.read_text(encoding="utf-8"))
     if len(facts) != ranks:
         raise BenchmarkFailed(f"{label}: {len(facts)} of {ranks} ranks reported")

@@ -1,0 +1,78 @@
+"""The one way an engine job runs (DLIO, our checkpoint engine, kv-cache.py ranks, vectordb query
+ranks): the planned command's {leaf} and {scratch} filled, a deadline, live progress, the output
+logged into the leaf, the launcher's whole tree torn down (process.run_logged), and a non-zero
+exit made a failed run naming the child's own error line.
+
+Benchmarks only say what to run (a Job); keeping the sequence here gives the start-up and work
+deadlines of a busy head node (issue 24) a single place to go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ContextManager, Iterator
+
+from mlpstorage_py.launch.mpi import fill
+from mlpstorage_py.launch.process import require_success, run_logged
+from mlpstorage_py.results.logs import log
+
+
+@contextlib.contextmanager
+def scratch_dir(results_dir: Path | None, prefix: str) -> Iterator[Path]:
+    """A fresh working directory for engine configs and the files engines drop in their current
+    directory, on the results filesystem (which every client host shares) when there is one;
+    removed afterwards."""
+    root = (results_dir or Path(tempfile.gettempdir())) / ".mlps" / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class Job:
+    """What to run: the planned argv ({leaf}/{scratch} placeholders allowed), the name it has in
+    the log and in errors, where its stdout and stderr go, and the seconds it may run."""
+
+    argv: list[str]
+    label: str
+    stdout: Path
+    stderr: Path
+    deadline_s: float
+    echo: bool = False  # the child's output on the console too (--verbose)
+    # Entered around the run (progress.polled over a counter of the work done); None: no bar.
+    progress: ContextManager[Any] | None = None
+    # A non-zero exit raises BenchmarkFailed; False: the caller judges Outcome.code itself.
+    check: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job that was not stopped ended."""
+
+    argv: list[str]  # as it ran
+    code: int
+    wall_s: float
+
+
+def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
+    """Run `job` in `scratch` with its placeholders filled for `leaf` (a caller that records the
+    command before it runs fills it with mpi.fill first; filling twice changes nothing).
+    TimeoutExpired past the deadline and KeyboardInterrupt propagate once the job's tree is down."""
+    argv = fill(job.argv, leaf, scratch)
+    log.info(f"{job.label} deadline: {job.deadline_s:.0f} s")
+    with job.progress or contextlib.nullcontext():
+        started = time.monotonic()
+        code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
+                          echo=job.echo, deadline_s=job.deadline_s)
+        wall = time.monotonic() - started
+    if job.check:
+        require_success(code, job.label, job.stderr)
+    return Outcome(argv, code, wall)
