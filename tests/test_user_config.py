@@ -10,7 +10,7 @@ import yaml
 
 from conftest import DATASIZE, workload_leaves
 
-from mlpstorage_py.main import parse
+from mlpstorage_py.cli.dispatch import parse
 from mlpstorage_py.results.sentinel import user_config_path
 
 RUN = ["closed", "training", "unet3d", "run", "-at", "b200", "-na", "1", "-cm", "16", "--data-dir", "/data"]

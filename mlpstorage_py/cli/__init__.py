@@ -1,7 +1,8 @@
 """The argparse tree: `mlpstorage <mode> <benchmark> ...` plus the utility commands.
 
-Parsing only: each leaf parser sets `_handler` (utility) or `_benchmark` (benchmarks), and
-main() dispatches. Nothing here imports an engine. Given argv, only the mode it names gets its
+Parsing only: each utility command's parser carries its entry of the command table (cli/table.py)
+as `_command`, each benchmark's its `_benchmark`, and cli/dispatch.py runs what argparse picked.
+Nothing here imports an engine. Given argv, only the mode it names gets its
 benchmark tree (read from the YAML tables), so `--help`, `version` and the utility commands
 start without loading them.
 """
@@ -11,9 +12,7 @@ from __future__ import annotations
 import argparse
 
 from mlpstorage_py import __version__
-from mlpstorage_py.cli import checkpointing, kvcache, training, utility, vectordb
-from mlpstorage_py.cli import config, systems
-from mlpstorage_py.cli import submission
+from mlpstorage_py.cli import checkpointing, kvcache, table, training, vectordb
 from mlpstorage_py.cli.common import MODES, Parser
 
 
@@ -36,10 +35,7 @@ def build_parser(argv: list[str] | None = None) -> Parser:
         checkpointing.register(benches, mode)
         vectordb.register(benches, mode)
         kvcache.register(benches, mode)
-    utility.register(top)
-    systems.register(top)
-    config.register(top)
-    submission.register(top)
+    table.register(top)
     return parser
 
 

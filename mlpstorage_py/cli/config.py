@@ -1,29 +1,71 @@
-"""`mlpstorage config show|set|unset|path`: the per-user defaults (results_dir, systemname, ...)."""
+"""`mlpstorage config show|set|unset|path`: the per-user defaults (results_dir, systemname, ...);
+arguments and handlers (listed in cli/table.py), the keys and their checks in cli/user_config.py."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-HANDLERS = "mlpstorage_py.results.user_config"
+from mlpstorage_py.cli.command import Args
 
 
-def register(top: Any) -> None:
-    p = top.add_parser("config", help="per-user defaults: `config show|set|unset|path`",
-                       description="Per-user defaults in $XDG_CONFIG_HOME/mlpstorage/config.yaml. A command takes "
-                                   "each setting from its flag, else its MLPSTORAGE_* variable, else this file.")
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    sub = p.add_subparsers(dest="config_command", metavar="<command>", required=True)
-    s = sub.add_parser("show", help="every key, its value and where it comes from (environment, file, unset)")
-    s.add_argument("--json", action="store_true", help="as JSON: {key: {value, source}}")
-    s.set_defaults(_handler=f"{HANDLERS}:config_show")
-    s = sub.add_parser("set", help="set KEY to VALUE (hosts and mpi_params take several values)")
-    s.add_argument("key", help="results_dir, systemname, data_dir, checkpoint_folder, hosts, mpi_bin, mpi_params, "
+def show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="as JSON: {key: {value, source}}")
+
+
+def show(args: Args) -> int:
+    import json
+
+    from mlpstorage_py.cli.user_config import KEYS, effective
+
+    shown = effective()
+    if args.get("json"):
+        print(json.dumps(shown, indent=2))
+        return 0
+    width = max(map(len, KEYS))
+    for name, entry in shown.items():
+        value = "-" if entry["value"] is None else (" ".join(map(str, entry["value"])) if isinstance(entry["value"], list)
+                                                   else str(entry["value"]))
+        print(f"{name:<{width}}  {value}  ({entry['source']})")
+    return 0
+
+
+def set_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key", help="results_dir, systemname, data_dir, checkpoint_folder, hosts, mpi_bin, mpi_params, "
                                "oversubscribe, allow_run_as_root")
-    s.add_argument("values", nargs="+", metavar="VALUE", help="checked as the flag checks it")
-    s.set_defaults(_handler=f"{HANDLERS}:config_set")
-    s = sub.add_parser("unset", help="remove KEY from the file")
-    s.add_argument("key")
-    s.set_defaults(_handler=f"{HANDLERS}:config_unset")
-    s = sub.add_parser("path", help="print the file's path")
-    s.set_defaults(_handler=f"{HANDLERS}:config_path")
+    p.add_argument("values", nargs="+", metavar="VALUE", help="checked as the flag checks it")
+
+
+def set_key(args: Args) -> int:
+    from mlpstorage_py.cli.user_config import check, key_of, save
+    from mlpstorage_py.results.sentinel import read_user_config
+
+    key = key_of(args["key"])
+    data = read_user_config()
+    data[key.name] = check(key, args["values"], "config set")
+    print(f"{key.name} = {data[key.name]!r} in {save(data)}")
+    return 0
+
+
+def unset_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("key")
+
+
+def unset_key(args: Args) -> int:
+    """Remove a key; one the file holds is removed even when unknown (the way out of a typo)."""
+    from mlpstorage_py.cli.user_config import key_of, save
+    from mlpstorage_py.results.sentinel import read_user_config, user_config_path
+
+    name, data = args["key"], read_user_config()
+    if name not in data:
+        print(f"{key_of(name).name} is not set in {user_config_path()}")
+        return 0
+    del data[name]
+    print(f"{name} removed from {save(data)}")
+    return 0
+
+
+def path(args: Args) -> int:
+    from mlpstorage_py.results.sentinel import user_config_path
+
+    print(user_config_path())
+    return 0

@@ -1,27 +1,32 @@
-"""init, validate, reports, history and version."""
+"""init, validate, reports, history and version: their arguments and handlers (listed in cli/table.py)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from pathlib import Path
 
-from mlpstorage_py.cli.command import results_dir
-from mlpstorage_py.cli.common import add_universal, positive_int
+from mlpstorage_py.cli.command import Args, results_dir
+from mlpstorage_py.cli.common import positive_int
 
 
-def register(top: Any) -> None:
-    p = top.add_parser("init", help="initialise a results directory for an organization",
-                       description="Write the results sentinel for <org> and record <dir> as the default results "
-                                   "directory, unless the default already names another results tree (--set-default).")
+def init_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("org", help="organization name ([A-Za-z0-9._-]+)")
     p.add_argument("dir", nargs="?", default="~/mlpstorage-results", help="results directory (default ~/mlpstorage-results)")
     p.add_argument("--set-default", action="store_true",
                    help="make <dir> the default results directory even when the default names another results tree")
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    p.set_defaults(_handler="init")
 
-    p = top.add_parser("validate", help="check a results tree or submission package against the rules",
-                       description="Check a package against the rules; exit 0 when nothing fails, 1 otherwise.")
+
+def init(args: Args) -> int:
+    from mlpstorage_py.results.sentinel import create_results_dir, record_default
+
+    path, created = create_results_dir(args["org"], Path(args["dir"]))
+    default = record_default(path, args.get("set_default", False))
+    verb = "initialised" if created else "already initialised"
+    print(f"{path} {verb} for organization {args['org']}; {default}")
+    return 0
+
+
+def validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("package", nargs="?", help="package or results directory (default: the resolved results directory)")
     p.add_argument("--list-rules", action="store_true", help="list every numbered rule and whether validate checks it")
     p.add_argument("--json", nargs="?", const="-", metavar="FILE",
@@ -29,43 +34,72 @@ def register(top: Any) -> None:
     p.add_argument("--submitters", metavar="A,B", help="check only these organizations")
     p.add_argument("--reference-checksum", metavar="MD5",
                    help="the sanctioned release's md5-tree-v2 digest, when not yet in code-images/reference-digests.yaml")
-    add_universal(p, writes_leaf=False)
-    p.set_defaults(_handler="validate")
 
-    p = top.add_parser("reports", help="aggregate results: `reports reportgen`, `reports html`")
-    sub = p.add_subparsers(dest="report_command", metavar="<command>", required=True)
-    r = sub.add_parser("reportgen", help="write the results tables, public IDs and submission.yaml",
-                       description="Compute each result's figures by the rules into results.json, the organization's "
-                                   "results.json/results.csv rollups with pinned Public IDs, and submission.yaml.")
-    add_universal(r, writes_leaf=False)
-    r.set_defaults(_handler="reportgen")
-    r = sub.add_parser("html", help="write one self-contained HTML page of the tree: figures, plots, findings",
-                       description="Per result: the figures of its results.json (run reportgen first), plots of its "
-                                   "runs and the validate findings, as one HTML page that loads nothing from anywhere.")
-    r.add_argument("--output", "-o", metavar="FILE",
+
+def validate(args: Args) -> int:
+    """Print the findings (and write them as JSON); exit 1 when any is INVALID."""
+    import re
+
+    from mlpstorage_py import checker
+    from mlpstorage_py.errors import NotFoundError, UsageError
+    from mlpstorage_py.results.sentinel import ORG_PATTERN
+
+    if args["list_rules"]:
+        print(checker.coverage_text())
+        return 0
+    root = Path(args["package"]).expanduser().resolve() if args.get("package") else results_dir(args)
+    if not root.is_dir():
+        raise NotFoundError(f"package directory {root} does not exist")
+    digest = args.get("reference_checksum")
+    if digest and not re.fullmatch(r"[0-9a-f]{32}", digest):
+        raise UsageError(f"--reference-checksum must be 32 lowercase hex digits, got {digest!r}")
+    submitters = {s for s in (args.get("submitters") or "").split(",") if s} or None
+    bad = sorted(s for s in submitters or () if not ORG_PATTERN.match(s))
+    if bad:
+        raise UsageError(f"--submitters: {', '.join(map(repr, bad))} is not an organization name ([A-Za-z0-9._-]+)")
+    pkg, findings = checker.validate(root, submitters, reference=digest)
+    if args["json"] == "-":
+        print(checker.findings_json(pkg, findings))
+    else:
+        print(checker.findings_text(pkg, findings))
+        if args["json"]:
+            _write_findings(Path(args["json"]), checker.findings_json(pkg, findings))
+    return 1 if any(f.severity == "INVALID" for f in findings) else 0
+
+
+def _write_findings(path: Path, text: str) -> None:
+    """--json FILE: a path that cannot take the file is a one-line error naming the flag."""
+    from mlpstorage_py.errors import NotFoundError, PermissionDenied, UsageError
+
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except FileNotFoundError:
+        raise NotFoundError(f"--json {path}: its directory does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"--json {path}: is a directory, not a file") from None
+    except PermissionError:
+        raise PermissionDenied(f"--json {path}: permission denied") from None
+
+
+def reportgen(args: Args) -> int:
+    from mlpstorage_py.report import reportgen as report
+    from mlpstorage_py.results.sentinel import resolve_orgs
+
+    root = results_dir(args)
+    orgs = resolve_orgs(root)  # the sentinel's, else the tree's own: a published package needs no init
+    print(f"{root}: organization(s) {', '.join(orgs)}")
+    for path in report.generate(root):
+        print(f"wrote {path}")
+    return 0
+
+
+def html_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--output", "-o", metavar="FILE",
                    help="the page to write, outside the tree (default ./<results-dir name>-report.html)")
-    r.add_argument("--force", action="store_true", help="replace an existing FILE")
-    add_universal(r, writes_leaf=False)
-    r.set_defaults(_handler="mlpstorage_py.cli.utility:reports_html")
-
-    p = top.add_parser("history", help="show or re-run recorded commands")
-    sub = p.add_subparsers(dest="history_command", metavar="<command>", required=True)
-    s = sub.add_parser("show", help="list recorded commands")
-    s.add_argument("--limit", "-n", type=positive_int, help="only the last N entries")
-    s.add_argument("--id", "-i", type=positive_int, help="only entry ID")
-    add_universal(s, writes_leaf=False)
-    s.set_defaults(_handler="history_show")
-    s = sub.add_parser("rerun", help="run a recorded command again (a new leaf; nothing is overwritten)")
-    s.add_argument("id", type=positive_int, help="entry ID from `history show`")
-    add_universal(s, writes_leaf=False)
-    s.set_defaults(_handler="history_rerun")
-
-    p = top.add_parser("version", help="print the tool version, rules edition and layout version")
-    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    p.set_defaults(_handler="mlpstorage_py.main:version")
+    p.add_argument("--force", action="store_true", help="replace an existing FILE")
 
 
-def reports_html(args: dict[str, Any], argv: list[str]) -> int:
+def reports_html(args: Args) -> int:
     from mlpstorage_py.errors import NotFoundError
     from mlpstorage_py.report import html
 
@@ -74,4 +108,65 @@ def reports_html(args: dict[str, Any], argv: list[str]) -> int:
         raise NotFoundError(f"results directory {root} does not exist")
     output, counts = html.write(root, args.get("output"), bool(args.get("force")))
     print(f"wrote {output}: {counts['results']} results, {counts['charts']} charts, {counts['findings']} findings")
+    return 0
+
+
+def history_show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", "-n", type=positive_int, help="only the last N entries")
+    p.add_argument("--id", "-i", type=positive_int, help="only entry ID")
+
+
+def history_show(args: Args) -> int:
+    import shlex
+
+    from mlpstorage_py.results import history
+    from mlpstorage_py.results.sentinel import require_org
+
+    root = results_dir(args)
+    require_org(root)
+    entries = history.entries(root)
+    if args.get("id"):
+        entries = [history.find(root, args["id"])]
+    elif args.get("limit"):
+        entries = entries[-args["limit"]:]
+    for entry in entries:
+        print(f"{entry['id']:>5}  {entry['at']}  mlpstorage {shlex.join(entry['argv'])}")
+    return 0
+
+
+def history_rerun_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", type=positive_int, help="entry ID from `history show`")
+
+
+def history_rerun(args: Args) -> int:
+    """Parse and run a recorded command again, from the directory it was run in."""
+    import os
+    import shlex
+    import time
+
+    from mlpstorage_py.cli.dispatch import parse, run
+    from mlpstorage_py.errors import UsageError
+    from mlpstorage_py.results import history
+
+    root = results_dir(args)
+    entry = history.find(root, args["id"])
+    if entry["argv"][:1] == ["history"]:
+        raise UsageError("a history command cannot be re-run")
+    argv = list(entry["argv"])
+    if not {"--results-dir", "-rd"} & {a.split("=")[0] for a in argv}:
+        argv += ["--results-dir", str(root)]
+    print(f"re-running {entry['id']}: mlpstorage {shlex.join(argv)}")
+    previous = os.getcwd()
+    os.chdir(entry.get("cwd") or previous)  # relative paths in argv mean what they meant then
+    try:
+        return run(parse(argv), argv, time.time())
+    finally:
+        os.chdir(previous)
+
+
+def version(args: Args) -> int:
+    """`mlpstorage version`: it imports nothing beyond the parser."""
+    from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
+
+    print(f"mlpstorage {__version__} (rules edition {RULES_EDITION}, layout version {LAYOUT_VERSION})")
     return 0

@@ -1,5 +1,5 @@
-"""Per-user defaults in $XDG_CONFIG_HOME/mlpstorage/config.yaml (`mlpstorage config`), and the
-order every command resolves them in: the flag, else its MLPSTORAGE_* variable, else the file.
+"""Per-user defaults in $XDG_CONFIG_HOME/mlpstorage/config.yaml (`mlpstorage config`, handled in
+cli/config.py), and the order every command resolves them in: the flag, else its MLPSTORAGE_* variable, else the file.
 
 Each key is checked by the validator its flag uses, whether it comes from `config set`, the
 environment or the file, so a default can never hold what the flag would refuse.
@@ -8,7 +8,6 @@ environment or the file, so a default can never hold what the flag would refuse.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 from dataclasses import dataclass
@@ -17,9 +16,8 @@ from typing import Any, Callable
 
 import yaml
 
-from mlpstorage_py.cli.common import host_list
+from mlpstorage_py.cli.common import host_list, mpi_bin_arg
 from mlpstorage_py.errors import UsageError
-from mlpstorage_py.launch.mpi import mpi_bin_arg
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.leaf import check_name
 from mlpstorage_py.results.sentinel import read_user_config, user_config_path
@@ -140,35 +138,12 @@ def apply_defaults(args: dict[str, Any]) -> None:
             args[key.name] = config[key.name]
 
 
-def _save(data: dict[str, Any]) -> Path:
+def save(data: dict[str, Any]) -> Path:
+    """Write the whole user config (atomically, so a reader never sees half of it); its path."""
     path = user_config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, yaml.safe_dump(data, sort_keys=True))
     return path
-
-
-def config_set(args: dict[str, Any], argv: list[str]) -> int:
-    key = key_of(args["key"])
-    data = read_user_config()
-    data[key.name] = check(key, args["values"], "config set")
-    print(f"{key.name} = {data[key.name]!r} in {_save(data)}")
-    return 0
-
-
-def config_unset(args: dict[str, Any], argv: list[str]) -> int:
-    """Remove a key; one the file holds is removed even when unknown (the way out of a typo)."""
-    name, data = args["key"], read_user_config()
-    if name not in data:
-        print(f"{key_of(name).name} is not set in {user_config_path()}")
-        return 0
-    del data[name]
-    print(f"{name} removed from {_save(data)}")
-    return 0
-
-
-def config_path(args: dict[str, Any], argv: list[str]) -> int:
-    print(user_config_path())
-    return 0
 
 
 def effective() -> dict[str, dict[str, Any]]:
@@ -183,16 +158,3 @@ def effective() -> dict[str, dict[str, Any]]:
         else:
             shown[name] = {"value": None, "source": "unset"}
     return shown
-
-
-def config_show(args: dict[str, Any], argv: list[str]) -> int:
-    shown = effective()
-    if args.get("json"):
-        print(json.dumps(shown, indent=2))
-        return 0
-    width = max(map(len, KEYS))
-    for name, entry in shown.items():
-        value = "-" if entry["value"] is None else (" ".join(map(str, entry["value"])) if isinstance(entry["value"], list)
-                                                   else str(entry["value"]))
-        print(f"{name:<{width}}  {value}  ({entry['source']})")
-    return 0
