@@ -44,7 +44,7 @@ from mlpstorage_py.results import fs_probe
 from mlpstorage_py.results.code_image import source_root
 from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.logs import log
-from mlpstorage_py.rules.tables import checker
+from mlpstorage_py.rules.tables import checker, kvcache_options
 
 ENGINE = "kv-cache.py"
 SCHEMA_VERSION = "1.0"
@@ -69,11 +69,7 @@ DEVICE_LATENCY_NOTE = ("max over ranks and trials of each rank's P95 (a worst-cl
 # -- tables ---------------------------------------------------------------------------------
 def option_table() -> dict[str, Any]:
     """configs/kvcache/options.yaml: Table KVCache-1 and the global flags."""
-    path = workloads.configs_dir() / "kvcache" / "options.yaml"
-    with open(path, encoding="utf-8") as fh:
-        table = yaml.safe_load(fh)
-    table["options"] = {str(k): v for k, v in table["options"].items()}
-    return table
+    return kvcache_options(workloads.configs_dir())
 
 
 def kv_bytes_per_token(model: str) -> int:

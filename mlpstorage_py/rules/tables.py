@@ -34,6 +34,17 @@ def checker(name: str = RULES_EDITION) -> dict[str, Any]:
     return edition(name).get("checker") or {}
 
 
+def kvcache_options(configs: Path) -> dict[str, Any]:
+    """<configs>/kvcache/options.yaml: Table KVCache-1 (its Options keyed as strings) and the global
+    flags; read here so the benchmark that emits from it and the checker that judges by it share one reading."""
+    import yaml
+
+    with open(configs / "kvcache" / "options.yaml", encoding="utf-8") as fh:
+        table = yaml.safe_load(fh)
+    table["options"] = {str(k): v for k, v in table["options"].items()}
+    return table
+
+
 def comparability_classes() -> list[dict[str, Any]]:
     return editions()["comparability_classes"]
 
