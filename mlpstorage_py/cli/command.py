@@ -4,14 +4,14 @@ results-tree resolution its handler uses. Errors become exit codes in one place,
 
 A handler is a function of the cli layer that takes the parsed arguments and returns the exit
 code; it imports the work it calls when it runs, so building the parser imports none of it.
+Entries are NamedTuples: a dataclass would bring `inspect` into every start-up, `--help` too.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from mlpstorage_py.cli.common import add_universal
 
@@ -30,8 +30,7 @@ def no_arguments(parser: argparse.ArgumentParser) -> None:
     """A command with only the shared flags."""
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """A command word that only selects a subcommand (`reports`, `runs`, ...)."""
 
     name: str
@@ -47,8 +46,7 @@ class Group:
         return parser.add_subparsers(dest=f"{self.name}_command", metavar="<command>", required=True)
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """One utility command: its path (group, then name), help, arguments, shared flags and handler."""
 
     path: tuple[str, ...]
