@@ -1,0 +1,45 @@
+"""The command table (mlpstorage_py/cli/table.py) is the only wiring of the utility commands:
+each of its entries has one parser, every utility parser comes from an entry, and the
+entry says whether the command reads a whole package (console() then skips teardown)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from mlpstorage_py.cli import build_parser
+from mlpstorage_py.cli.command import Command
+from mlpstorage_py.cli.common import MODES
+from mlpstorage_py.cli.dispatch import parse, reads_package
+from mlpstorage_py.cli.table import COMMANDS
+
+
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], argparse.ArgumentParser]:
+    """Every parser without subcommands below parser, by its path (the modes' trees left out)."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return {path: parser}
+    found: dict[tuple[str, ...], argparse.ArgumentParser] = {}
+    for name, child in subs[0].choices.items():
+        if not path and name in MODES:
+            continue
+        found.update(_leaves(child, path + (name,)))
+    return found
+
+
+def test_every_utility_parser_is_one_table_entry() -> None:
+    entries = {entry.path: entry for entry in COMMANDS if isinstance(entry, Command)}
+    leaves = _leaves(build_parser([]))
+    assert set(leaves) == set(entries)
+    for path, parser in leaves.items():
+        assert parser.get_default("_command") is entries[path]
+
+
+@pytest.mark.parametrize("argv, reader", [
+    (["validate", "--list-rules"], True), (["reports", "reportgen"], True), (["status"], True),
+    (["reports", "html"], False), (["runs", "list"], False), (["submit"], False), (["version"], False),
+    (["config", "path"], False),
+])
+def test_the_entry_says_whether_a_command_reads_a_package(argv: list[str], reader: bool) -> None:
+    assert reads_package(parse(argv)) is reader
