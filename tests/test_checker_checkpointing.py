@@ -270,7 +270,9 @@ def test_realdata_failover_gap_crosses_utc_and_local_time():
     """The write leaf ends in UTC (its post-benchmark collection timestamp); the read leaf
     starts in naive local time (UTC+8, its summary): the gap is 22.8 s, not 8 hours."""
     pkg = Package.load(REALDATA)
-    workloads = {wl.path: recs for wl, recs in rc._by_workload(pkg)}
+    found = ((result.path, rc.invocations(result)) for system in pkg.systems for result in system.results
+             if result.benchmark == "checkpointing")
+    workloads = {path: leaves for path, leaves in found if leaves}
     # NewFW's write and read leaves, and UBIX's single combined leaf (no failover gap to measure)
     assert set(workloads) == {REAL_CKPT, REAL_UBIX}
     [ubix] = workloads[REAL_UBIX]

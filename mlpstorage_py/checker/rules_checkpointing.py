@@ -15,11 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, WARNING, Finding, Rule, rule
 from mlpstorage_py.results.tree.files import load_json
-from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
-from mlpstorage_py.checker.structure_helpers import (
-    LeafRecord, Workload, as_int, as_number, checkpointing_leaves, dig, parse_time, record, sanctioned)
+from mlpstorage_py.results.tree.package import Leaf, Result
+from mlpstorage_py.results.tree.values import as_int, as_number, dig, parse_time
+from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical
 
 # Numbers the rules text states that the editions checker block does not (yet) carry.
@@ -38,21 +38,36 @@ FIGURES = {  # results.csv column -> (phase, summary metric)  (4.3.6)
 DLIO_ENGINE = "dlio_benchmark "
 
 
+# --- which workloads the checker judges ----------------------------------------------------
+
+def sanctioned(unit: Leaf | Result) -> dict[str, list]:
+    """{model: [accelerators]} the unit's edition sanctions for checkpointing in its division."""
+    pkg = unit.package if isinstance(unit, Leaf) else unit.system.package
+    return (tables.edition(pkg.edition_of(unit.division, unit.org)).get(unit.division) or {}).get("checkpointing") or {}
+
+
+def judged(unit: Leaf | Result) -> dict | None:
+    """The edition's checker block when the checker judges the unit's workload, else None: a
+    checkable edition that sanctions its model, in a system directory that is not dot-prefixed
+    (a workload of any other name is 2.1.11's and 2.1.21's alone)."""
+    pkg, system = (unit.package, unit.system) if isinstance(unit, Leaf) else (unit.system.package, unit.system.name)
+    block = tables.checker(pkg.edition_of(unit.division, unit.org))
+    if not block or system.startswith(".") or unit.model not in sanctioned(unit):
+        return None
+    return block
+
+
+def invocations(result: Result) -> list[Leaf]:
+    """A judged checkpointing result's leaves in name (time) order; none for any other result."""
+    if not result.leaves or judged(result) is None:
+        return []
+    return sorted(result.leaves, key=lambda leaf: leaf.path.name)
+
+
 # --- what a leaf records -----------------------------------------------------------------
 
-def _runs(pkg: Package) -> list[tuple[Workload, LeafRecord]]:
-    return [(wl, record(pkg, leaf)) for wl, leaf in checkpointing_leaves(pkg)]
-
-
-def _by_workload(pkg: Package) -> list[tuple[Workload, list[LeafRecord]]]:
-    grouped: dict[Path, tuple[Workload, list[LeafRecord]]] = {}
-    for wl, rec in _runs(pkg):
-        grouped.setdefault(wl.path, (wl, []))[1].append(rec)
-    return [(wl, sorted(recs, key=lambda r: r.path.name)) for wl, recs in grouped.values()]
-
-
-def _metric(rec: LeafRecord) -> dict:
-    value = dig(rec.summary, "metric")
+def _metric(leaf: Leaf) -> dict:
+    value = dig(leaf.summary, "metric")
     return value if isinstance(value, dict) else {}
 
 
@@ -76,16 +91,16 @@ def dlio_engine_note(summary: Any, meta: Any) -> str | None:
             "not comparable with incompressible data timed on every rank")
 
 
-def _size_gib(rec: LeafRecord) -> float | None:
-    value = as_number(_metric(rec).get("checkpoint_size_GB"))
-    return value if value is not None else as_number(dig(rec.summary, "checkpoint_size_GB"))
+def _size_gib(leaf: Leaf) -> float | None:
+    value = as_number(_metric(leaf).get("checkpoint_size_GB"))
+    return value if value is not None else as_number(dig(leaf.summary, "checkpoint_size_GB"))
 
 
-def counts(rec: LeafRecord) -> tuple[int | None, int | None, str]:
+def counts(leaf: Leaf) -> tuple[int | None, int | None, str]:
     """(writes, reads, where recorded): args first, then the resolved and the run configuration
     (each source looked at only when the ones before it lack the counts)."""
-    sources = (("args", lambda: rec.args), ("parameters.checkpoint", lambda: dig(rec.meta, "parameters", "checkpoint")),
-               ("dlio_config/config.yaml", lambda: dig(rec.workload_config, "checkpoint")), ("summary.json", lambda: rec.summary))
+    sources = (("args", lambda: leaf.args), ("parameters.checkpoint", lambda: dig(leaf.metadata, "parameters", "checkpoint")),
+               ("dlio_config/config.yaml", lambda: dig(leaf.workload_config, "checkpoint")), ("summary.json", lambda: leaf.summary))
     for where, source in sources:
         block = source()
         writes, reads = (as_int(dig(block, key)) for key in COUNT_KEYS)
@@ -94,48 +109,56 @@ def counts(rec: LeafRecord) -> tuple[int | None, int | None, str]:
     return None, None, "nowhere"
 
 
-def is_write(rec: LeafRecord) -> bool:
-    writes, _, _ = counts(rec)
-    return writes > 0 if writes is not None else "save_checkpoint_io_mean_GB_per_second" in _metric(rec)
+def is_write(leaf: Leaf) -> bool:
+    writes, _, _ = counts(leaf)
+    return writes > 0 if writes is not None else "save_checkpoint_io_mean_GB_per_second" in _metric(leaf)
 
 
-def is_read(rec: LeafRecord) -> bool:
-    _, reads, _ = counts(rec)
-    return reads > 0 if reads is not None else "load_checkpoint_io_mean_GB_per_second" in _metric(rec)
+def is_read(leaf: Leaf) -> bool:
+    _, reads, _ = counts(leaf)
+    return reads > 0 if reads is not None else "load_checkpoint_io_mean_GB_per_second" in _metric(leaf)
 
 
-def _model(rec: LeafRecord, wl: Workload) -> str:
+def _model(leaf: Leaf, block: dict) -> str:
     """The run's model as recorded (args.model), else its workload directory's name."""
-    for value in (rec.args.get("model"), dig(rec.meta, "model")):
-        if isinstance(value, str) and value in wl.checker["closed_mpi_processes"]:
+    for value in (leaf.args.get("model"), dig(leaf.metadata, "model")):
+        if isinstance(value, str) and value in block["closed_mpi_processes"]:
             return value
-    return wl.model
+    return leaf.model
 
 
-def _processes(rec: LeafRecord) -> dict[str, int]:
+def _processes(leaf: Leaf) -> dict[str, int]:
     """Every record of the run's MPI process count."""
-    found = {"metadata num_processes": as_int(dig(rec.meta, "num_processes")),
-             "args.num_processes": as_int(rec.args.get("num_processes")),
-             "summary.json num_accelerators": as_int(dig(rec.summary, "num_accelerators"))}
+    found = {"metadata num_processes": as_int(dig(leaf.metadata, "num_processes")),
+             "args.num_processes": as_int(leaf.args.get("num_processes")),
+             "summary.json num_accelerators": as_int(dig(leaf.summary, "num_accelerators"))}
     return {k: v for k, v in found.items() if v is not None}
 
 
-def _configuration(rec: LeafRecord) -> tuple[dict | None, str]:
+def _configuration(leaf: Leaf) -> tuple[dict | None, str]:
     """The recorded workload configuration: yaml_params, parameters, else dlio_config/config.yaml."""
-    for where, source in (("yaml_params", lambda: dig(rec.meta, "yaml_params")), ("parameters", lambda: dig(rec.meta, "parameters")),
-                          ("dlio_config/config.yaml", lambda: rec.workload_config)):
+    for where, source in (("yaml_params", lambda: dig(leaf.metadata, "yaml_params")),
+                          ("parameters", lambda: dig(leaf.metadata, "parameters")),
+                          ("dlio_config/config.yaml", lambda: leaf.workload_config)):
         block = source()
         if isinstance(block, dict) and block:
             return block, where
     return None, "nowhere"
 
 
-def _cannot(number: str, severity: str, rec: LeafRecord, what: str, problem: str | None) -> Finding:
-    path = rec.meta_path if "metadata" in (problem or "") else (rec.summary_path if "summary" in (problem or "") else rec.path)
-    return finding(number, severity, path, f"cannot check {what}: {problem}")
+def _cannot(r: Rule, severity: str, leaf: Leaf, what: str, problem: str | None) -> Finding:
+    """A fact the rule needs is recorded nowhere: the finding names the record that would hold it."""
+    path = leaf.path_of("metadata") if "metadata" in (problem or "") else \
+        (leaf.path_of("summary") if "summary" in (problem or "") else leaf.path)
+    return r.finding(severity, path, f"cannot check {what}: {problem}")
 
 
-def _interval(a: LeafRecord, a_time: datetime | None, b: LeafRecord, b_time: datetime | None) -> float | None:
+def _met_path(leaf: Leaf) -> Path:
+    """Where a finding about a recorded process layout points: the metadata, else the summary."""
+    return leaf.path_of("metadata") if leaf.metadata is not None else leaf.path_of("summary")
+
+
+def _interval(a: Leaf, a_time: datetime | None, b: Leaf, b_time: datetime | None) -> float | None:
     """Seconds from a_time (on a's clock) to b_time (on b's clock); None when they cannot be related."""
     if a_time is None or b_time is None:
         return None
@@ -164,30 +187,30 @@ def _collection_times(block: Any) -> list[datetime]:
     return found
 
 
-def _write_end(rec: LeafRecord) -> tuple[datetime | None, str]:
+def _write_end(leaf: Leaf) -> tuple[datetime | None, str]:
     """4.7.1: invocation_end_time, else the latest post-benchmark collection_timestamp, else summary end."""
-    value = parse_time(dig(rec.meta, "invocation_end_time"))
+    value = parse_time(dig(leaf.metadata, "invocation_end_time"))
     if value is not None:
         return value, "invocation_end_time"
-    stamps = _collection_times(dig(rec.meta, "cluster_snapshots", "end"))
-    aware = [rec.to_utc(t) for t in stamps]
+    stamps = _collection_times(dig(leaf.metadata, "cluster_snapshots", "end"))
+    aware = [leaf.to_utc(t) for t in stamps]
     aware = [t for t in aware if t is not None]
     if aware:
         return max(aware), "the latest post-benchmark collection_timestamp"
-    value = rec.summary_time("end")
+    value = leaf.summary_time("end")
     return value, "summary.json end"
 
 
-def _read_start(rec: LeafRecord) -> tuple[datetime | None, str]:
-    value = parse_time(dig(rec.meta, "invocation_start_time"))
+def _read_start(leaf: Leaf) -> tuple[datetime | None, str]:
+    value = parse_time(dig(leaf.metadata, "invocation_start_time"))
     if value is not None:
         return value, "invocation_start_time"
-    return rec.summary_time("start"), "summary.json start"
+    return leaf.summary_time("start"), "summary.json start"
 
 
-def _two_invocations(recs: list[LeafRecord]) -> tuple[LeafRecord, LeafRecord] | None:
+def _two_invocations(leaves: list[Leaf]) -> tuple[Leaf, Leaf] | None:
     """The write-only invocation immediately followed by a read-only one, if the workload has them."""
-    for first, second in zip(recs, recs[1:]):
+    for first, second in zip(leaves, leaves[1:]):
         if is_write(first) and not is_read(first) and is_read(second) and not is_write(second):
             return first, second
     return None
@@ -208,170 +231,183 @@ def _reference(model: str) -> dict | None:
     return _REFERENCES[model]
 
 
-@rule("4.3.1", "checkpointDataSizeRatio", parts=True)
-def data_size_ratio(pkg: Package) -> Iterable[Finding]:
+@rule("4.3.1", "checkpointDataSizeRatio").check(LEAF, benchmark="checkpointing")
+def data_size_ratio(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Checkpoint data per host is more than 3x one host's memory (else a warning)."""
-    for wl, rec in _runs(pkg):
-        size, hosts = _size_gib(rec), as_int(dig(rec.summary, "num_hosts"))
-        memory = dig(rec.summary, "host_memory_GB")
-        memory = [as_number(m) for m in memory] if isinstance(memory, list) else []
-        if rec.summary is None or size is None or not memory or None in memory:
-            yield _cannot("4.3.1", WARNING, rec, "the checkpoint-to-memory ratio",
-                          rec.summary_problem or "summary.json lacks checkpoint_size_GB or host_memory_GB")
-            continue
-        hosts = hosts or len(memory)
-        per_host, host_memory = size / hosts, sum(memory) / hosts
-        if not per_host > wl.checker["checkpoint_size_to_host_memory_ratio"] * host_memory:
-            yield finding("4.3.1", WARNING, rec.summary_path,
-                          f"checkpoint per host {per_host:,.1f} GiB is not more than {wl.checker['checkpoint_size_to_host_memory_ratio']} x the "
-                          f"{host_memory:,.1f} GiB of one client host: reads may be served from the page cache")
+    block = judged(leaf)
+    if block is None:
+        return
+    size, hosts = _size_gib(leaf), as_int(dig(leaf.summary, "num_hosts"))
+    memory = dig(leaf.summary, "host_memory_GB")
+    memory = [as_number(m) for m in memory] if isinstance(memory, list) else []
+    if leaf.summary is None or size is None or not memory or None in memory:
+        yield _cannot(r, WARNING, leaf, "the checkpoint-to-memory ratio",
+                      leaf.problem("summary") or "summary.json lacks checkpoint_size_GB or host_memory_GB")
+        return
+    hosts = hosts or len(memory)
+    per_host, host_memory = size / hosts, sum(memory) / hosts
+    ratio = block["checkpoint_size_to_host_memory_ratio"]
+    if not per_host > ratio * host_memory:
+        yield r.warning(leaf.path_of("summary"), f"checkpoint per host {per_host:,.1f} GiB is not more than {ratio} x the "
+                                                 f"{host_memory:,.1f} GiB of one client host: reads may be served from the page cache")
 
 
-@rule("4.3.2", "checkpointFsyncVerification", parts=True)
-def fsync(pkg: Package) -> Iterable[Finding]:
+@rule("4.3.2", "checkpointFsyncVerification").check(LEAF, benchmark="checkpointing")
+def fsync(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Every run's recorded configuration has checkpoint.fsync true."""
-    for wl, rec in _runs(pkg):
-        sources = (("parameters", lambda: dig(rec.meta, "parameters", "checkpoint", "fsync")),
-                   ("yaml_params", lambda: dig(rec.meta, "yaml_params", "checkpoint", "fsync")),
-                   ("dlio_config/config.yaml", lambda: dig(rec.workload_config, "checkpoint", "fsync")))
-        recorded = next(((where, value) for where, source in sources if (value := source()) is not None), None)
-        if recorded is None:
-            yield _cannot("4.3.2", INVALID, rec, "checkpoint.fsync", rec.meta_problem or
-                          "neither the metadata parameters nor dlio_config/config.yaml record checkpoint.fsync")
-            continue
-        where, value = recorded
-        if canonical(value) is not True:
-            yield finding("4.3.2", INVALID, rec.meta_path if where != "dlio_config/config.yaml" else rec.path,
-                          f"checkpoint.fsync is {value!r} in {where}: every checkpoint write must end with fsync")
+    if judged(leaf) is None:
+        return
+    sources = (("parameters", lambda: dig(leaf.metadata, "parameters", "checkpoint", "fsync")),
+               ("yaml_params", lambda: dig(leaf.metadata, "yaml_params", "checkpoint", "fsync")),
+               ("dlio_config/config.yaml", lambda: dig(leaf.workload_config, "checkpoint", "fsync")))
+    recorded = next(((where, value) for where, source in sources if (value := source()) is not None), None)
+    if recorded is None:
+        yield _cannot(r, INVALID, leaf, "checkpoint.fsync", leaf.problem("metadata") or
+                      "neither the metadata parameters nor dlio_config/config.yaml record checkpoint.fsync")
+        return
+    where, value = recorded
+    if canonical(value) is not True:
+        yield r.invalid(leaf.path_of("metadata") if where != "dlio_config/config.yaml" else leaf.path,
+                        f"checkpoint.fsync is {value!r} in {where}: every checkpoint write must end with fsync")
 
 
-@rule("4.3.3", "checkpointModelConfigurationReq", parts=True)
-def model_configuration(pkg: Package) -> Iterable[Finding]:
+@rule("4.3.3", "checkpointModelConfigurationReq").check(LEAF, benchmark="checkpointing")
+def model_configuration(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """args.model names a Table 2 model the edition lists, and the run sits under that model."""
-    for wl, rec in _runs(pkg):
-        allowed = sorted(sanctioned(pkg, wl.division, wl.org, "checkpointing"))
-        if rec.meta is None:
-            # The engine's own record of the configuration it ran states the model too: the
-            # Table 2 model whose reference configuration has the model.name it records.
-            engine_name = dig(rec.workload_config, "model", "name")
-            named = [m for m in allowed if engine_name and dig(_reference(m), "model", "name") == engine_name
-                     and rec.meta_problem == "no *_metadata.json"]  # a broken metadata file is not read around
-            if named:
-                if named[0] != wl.model:
-                    yield finding("4.3.3", INVALID, rec.path / "dlio_config" / "config.yaml",
-                                  f"dlio_config/config.yaml runs model.name {engine_name!r} ({named[0]}), filed under checkpointing/{wl.model}")
-                continue
-            yield _cannot("4.3.3", INVALID, rec, "args.model", f"{rec.meta_problem}, and dlio_config/config.yaml names no "
-                                                             "Table 2 model either")
-            continue
-        model = rec.args.get("model", rec.meta.get("model"))
-        if not isinstance(model, str) or not model:
-            yield finding("4.3.3", INVALID, rec.meta_path, "the metadata records no args.model")
-        elif model not in allowed:
-            yield finding("4.3.3", INVALID, rec.meta_path, f"model {model!r} is not a Table 2 model of the edition ({', '.join(allowed)})")
-        elif model != wl.model:
-            yield finding("4.3.3", INVALID, rec.meta_path, f"a {model} run is filed under checkpointing/{wl.model}")
+    if judged(leaf) is None:
+        return
+    allowed = sorted(sanctioned(leaf))
+    meta, meta_path = leaf.metadata, leaf.path_of("metadata")
+    if meta is None:
+        # The engine's own record of the configuration it ran states the model too: the
+        # Table 2 model whose reference configuration has the model.name it records.
+        engine_name = dig(leaf.workload_config, "model", "name")
+        named = [m for m in allowed if engine_name and dig(_reference(m), "model", "name") == engine_name
+                 and leaf.record("metadata").missing]  # a broken metadata file is not read around
+        if named:
+            if named[0] != leaf.model:
+                yield r.invalid(leaf.path / "dlio_config" / "config.yaml",
+                                f"dlio_config/config.yaml runs model.name {engine_name!r} ({named[0]}), filed under checkpointing/{leaf.model}")
+            return
+        yield _cannot(r, INVALID, leaf, "args.model", f"{leaf.problem('metadata')}, and dlio_config/config.yaml names no "
+                                                      "Table 2 model either")
+        return
+    model = leaf.args.get("model", meta.get("model"))
+    if not isinstance(model, str) or not model:
+        yield r.invalid(meta_path, "the metadata records no args.model")
+    elif model not in allowed:
+        yield r.invalid(meta_path, f"model {model!r} is not a Table 2 model of the edition ({', '.join(allowed)})")
+    elif model != leaf.model:
+        yield r.invalid(meta_path, f"a {model} run is filed under checkpointing/{leaf.model}")
 
 
-def _accelerator(rec: LeafRecord) -> str | None:
-    for value in (dig(rec.meta, "accelerator"), rec.args.get("accelerator_type"), rec.args.get("accelerator")):
+def _accelerator(leaf: Leaf) -> str | None:
+    for value in (dig(leaf.metadata, "accelerator"), leaf.args.get("accelerator_type"), leaf.args.get("accelerator")):
         if isinstance(value, str) and value:
             return value
     return None
 
 
-@rule("4.3.4", "checkpointAggregateAcceleratorMemory", parts=True)
-def aggregate_memory(pkg: Package) -> Iterable[Finding]:
+@rule("4.3.4", "checkpointAggregateAcceleratorMemory").check(LEAF, benchmark="checkpointing")
+def aggregate_memory(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Table 3 memory of the run's accelerator x its accelerator count holds the checkpoint."""
-    for wl, rec in _runs(pkg):
-        memory = wl.checker["accelerator_memory_gb"]
-        count, size = as_int(dig(rec.summary, "num_accelerators")), _size_gib(rec)
-        if count is None or size is None:
-            yield _cannot("4.3.4", INVALID, rec, "the aggregate accelerator memory",
-                          rec.summary_problem or "summary.json lacks num_accelerators or checkpoint_size_GB")
-            continue
-        allowed = [a for a in sanctioned(pkg, wl.division, wl.org, "checkpointing").get(wl.model) or []]
-        accelerator = _accelerator(rec)
-        if accelerator is not None:
-            if accelerator not in memory:
-                yield finding("4.3.4", INVALID, rec.meta_path, f"accelerator {accelerator!r} is not in Table 3 ({', '.join(memory)})")
-            elif allowed and accelerator not in allowed:
-                yield finding("4.3.4", INVALID, rec.meta_path, f"accelerator {accelerator} is not a {wl.division} accelerator for "
-                                                               f"{wl.model} (Table 3: {', '.join(allowed)})")
-            elif memory[accelerator] * count < size:
-                yield finding("4.3.4", INVALID, rec.summary_path, f"{count} x {accelerator} ({memory[accelerator]} GiB) = "
-                                                                  f"{memory[accelerator] * count:,} GiB < checkpoint {size:,.1f} GiB")
-            continue
-        # The rule is explicit: a run whose metadata records no accelerator is INVALID, even when
-        # every accelerator the edition allows would hold the checkpoint (said in the message).
-        candidates = [a for a in allowed if a in memory]
-        worst = min((memory[a] for a in candidates), default=None)
-        holds = worst is not None and worst * count >= size
-        yield finding("4.3.4", INVALID, rec.meta_path if rec.meta is not None else rec.path,
-                      f"the metadata records no accelerator ({rec.meta_problem or 'accelerator is null'})"
-                      + (f"; {count} x {worst} GiB would hold the {size:,.1f} GiB checkpoint for any allowed accelerator"
-                         if holds else ""))
+    block = judged(leaf)
+    if block is None:
+        return
+    memory = block["accelerator_memory_gb"]
+    count, size = as_int(dig(leaf.summary, "num_accelerators")), _size_gib(leaf)
+    if count is None or size is None:
+        yield _cannot(r, INVALID, leaf, "the aggregate accelerator memory",
+                      leaf.problem("summary") or "summary.json lacks num_accelerators or checkpoint_size_GB")
+        return
+    allowed = list(sanctioned(leaf).get(leaf.model) or [])
+    accelerator, meta_path = _accelerator(leaf), leaf.path_of("metadata")
+    if accelerator is not None:
+        if accelerator not in memory:
+            yield r.invalid(meta_path, f"accelerator {accelerator!r} is not in Table 3 ({', '.join(memory)})")
+        elif allowed and accelerator not in allowed:
+            yield r.invalid(meta_path, f"accelerator {accelerator} is not a {leaf.division} accelerator for "
+                                       f"{leaf.model} (Table 3: {', '.join(allowed)})")
+        elif memory[accelerator] * count < size:
+            yield r.invalid(leaf.path_of("summary"), f"{count} x {accelerator} ({memory[accelerator]} GiB) = "
+                                                     f"{memory[accelerator] * count:,} GiB < checkpoint {size:,.1f} GiB")
+        return
+    # The rule is explicit: a run whose metadata records no accelerator is INVALID, even when
+    # every accelerator the edition allows would hold the checkpoint (said in the message).
+    candidates = [a for a in allowed if a in memory]
+    worst = min((memory[a] for a in candidates), default=None)
+    holds = worst is not None and worst * count >= size
+    yield r.invalid(meta_path if leaf.metadata is not None else leaf.path,
+                    f"the metadata records no accelerator ({leaf.problem('metadata') or 'accelerator is null'})"
+                    + (f"; {count} x {worst} GiB would hold the {size:,.1f} GiB checkpoint for any allowed accelerator"
+                       if holds else ""))
 
 
-def _subset_declared(rec: LeafRecord) -> bool:
-    flag = rec.args.get("checkpoint_subset")
-    overrides = dig(rec.meta, "override_parameters")
+def _subset_declared(leaf: Leaf) -> bool:
+    flag = leaf.args.get("checkpoint_subset")
+    overrides = dig(leaf.metadata, "override_parameters")
     mode = overrides.get("checkpoint.mode", dig(overrides, "checkpoint", "mode")) if isinstance(overrides, dict) else None
     return canonical(flag) is True or mode == "subset"
 
 
-@rule("4.3.5", "checkpointSubsetRunValidation", parts=True)
-def subset_runs(pkg: Package) -> Iterable[Finding]:
+@rule("4.3.5", "checkpointSubsetRunValidation").check(LEAF, benchmark="checkpointing")
+def subset_runs(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED subset run is the 8B model on exactly 8 accelerators."""
-    for wl, rec in _runs(pkg):
-        if wl.division != "closed" or not _subset_declared(rec):
-            continue
-        required = wl.checker["closed_mpi_processes"][wl.checker["checkpoint_subset_model"]]
-        model = rec.args.get("model", wl.model)
-        count = as_int(dig(rec.summary, "num_accelerators"))
-        if model != wl.checker["checkpoint_subset_model"]:
-            yield finding("4.3.5", INVALID, rec.meta_path, f"a subset run must be {wl.checker['checkpoint_subset_model']}, not {model}")
-        if count is None:
-            yield _cannot("4.3.5", INVALID, rec, "the subset run's accelerators", rec.summary_problem or "summary.json lacks num_accelerators")
-        elif count != required:
-            yield finding("4.3.5", INVALID, rec.summary_path, f"a subset run uses exactly {required} accelerators, not {count}")
+    block = judged(leaf)
+    if block is None or leaf.division != "closed" or not _subset_declared(leaf):
+        return
+    subset_model = block["checkpoint_subset_model"]
+    required = block["closed_mpi_processes"][subset_model]
+    model = leaf.args.get("model", leaf.model)
+    count = as_int(dig(leaf.summary, "num_accelerators"))
+    if model != subset_model:
+        yield r.invalid(leaf.path_of("metadata"), f"a subset run must be {subset_model}, not {model}")
+    if count is None:
+        yield _cannot(r, INVALID, leaf, "the subset run's accelerators", leaf.problem("summary") or "summary.json lacks num_accelerators")
+    elif count != required:
+        yield r.invalid(leaf.path_of("summary"), f"a subset run uses exactly {required} accelerators, not {count}")
 
 
-@rule("4.3.6", "checkpointResultAggregation", parts=True)
-def result_aggregation(pkg: Package) -> Iterable[Finding]:
+RESULT_AGGREGATION = rule("4.3.6", "checkpointResultAggregation")
+
+
+@RESULT_AGGREGATION.check(RESULT, benchmark="checkpointing")
+def result_aggregation(r: Rule, result: Result) -> Iterable[Finding]:
     """results.json's Write/Read B/W and Duration are the means over the write- and read-phase runs."""
-    for _, rec in _runs(pkg):
-        note = dlio_engine_note(rec.summary, rec.meta)
-        if note:
-            yield finding("4.3.6", WARNING, rec.summary_path, note)
-    for wl, recs in _by_workload(pkg):
-        path = wl.path / "results.json"
-        data, problem = load_json(path)
-        if problem:
-            continue  # 2.1.22 reports a missing or unreadable results.json
-        listed = data.get("rows") if isinstance(data, dict) else None
-        rows = [r for r in (listed if isinstance(listed, list) else []) if isinstance(r, dict)]
-        rows = [r for r in rows if any(column in r for column in FIGURES)]
-        if not rows:
-            yield finding("4.3.6", INFO, path, "results.json holds no Checkpointing figures to compare with the runs")
-            continue
-        phases = {"write": [r for r in recs if is_write(r)], "read": [r for r in recs if is_read(r)]}
-        for column, (phase, key) in FIGURES.items():
-            values = [as_number(_metric(r).get(key)) for r in phases[phase]]
-            expected = statistics.fmean(values) if values and None not in values else None
-            for row in rows:
-                if column not in row:
-                    continue
-                published = as_number(row[column])
-                if expected is None and published is not None:
-                    yield finding("4.3.6", INVALID, path, f"{column} is {published}, but a {phase}-phase run lacks "
-                                                          f"metric.{key}: the cell must be blank")
-                elif expected is not None and published is None:
-                    yield finding("4.3.6", INVALID, path, f"{column} is blank, but the {phase}-phase runs give {expected}")
-                elif expected is not None and not math.isclose(published, expected, rel_tol=1e-9, abs_tol=1e-12):
-                    yield finding("4.3.6", INVALID, path, f"{column} is {published}, but the mean over the {phase}-phase "
-                                                          f"runs is {expected}")
+    leaves = invocations(result)
+    if not leaves:
+        return
+    path = result.path / "results.json"
+    data, problem = load_json(path)
+    if problem:
+        return  # 2.1.22 reports a missing or unreadable results.json
+    listed = data.get("rows") if isinstance(data, dict) else None
+    rows = [row for row in (listed if isinstance(listed, list) else []) if isinstance(row, dict)]
+    rows = [row for row in rows if any(column in row for column in FIGURES)]
+    if not rows:
+        yield r.info(path, "results.json holds no Checkpointing figures to compare with the runs")
+        return
+    phases = {"write": [leaf for leaf in leaves if is_write(leaf)], "read": [leaf for leaf in leaves if is_read(leaf)]}
+    for column, (phase, key) in FIGURES.items():
+        values = [as_number(_metric(leaf).get(key)) for leaf in phases[phase]]
+        expected = statistics.fmean(values) if values and None not in values else None
+        for row in rows:
+            if column not in row:
+                continue
+            published = as_number(row[column])
+            if expected is None and published is not None:
+                yield r.invalid(path, f"{column} is {published}, but a {phase}-phase run lacks metric.{key}: the cell must be blank")
+            elif expected is not None and published is None:
+                yield r.invalid(path, f"{column} is blank, but the {phase}-phase runs give {expected}")
+            elif expected is not None and not math.isclose(published, expected, rel_tol=1e-9, abs_tol=1e-12):
+                yield r.invalid(path, f"{column} is {published}, but the mean over the {phase}-phase runs is {expected}")
 
 
-# --- 4.4 paths and filesystems -------------------------------------------------------------
-
+@RESULT_AGGREGATION.check(LEAF, benchmark="checkpointing")
+def engine_dlio_figures(r: Rule, leaf: Leaf) -> Iterable[Finding]:
+    """An `--engine dlio` leaf's figures are not comparable with our engine's: said where they are read."""
+    if judged(leaf) is None:
+        return
+    note = dlio_engine_note(leaf.summary, leaf.metadata)
+    if note:
+        yield r.warning(leaf.path_of("summary"), note)
