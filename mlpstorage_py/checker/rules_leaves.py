@@ -5,6 +5,10 @@ and timestamp directories (2.1.12, 2.1.13, 2.1.17, 2.1.23), the gaps between run
 
 Registered right after rules_structure (checker/__init__.py imports the two in that order), so
 the order of the rules, and of their findings, is that of the one module they were split from.
+
+These rules judge only the submissions the checker can judge (an edition with a checker block)
+and only workload directories of a model the edition sanctions (a directory of any other name is
+reported by 2.1.11/2.1.21 alone): `judged` is that filter, for a result or a leaf.
 """
 
 from __future__ import annotations
@@ -15,11 +19,11 @@ from typing import Iterable
 
 from mlpstorage_py.results.tree.files import (
     DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
-from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
-from mlpstorage_py.checker.structure_helpers import (
-    TIMESTAMP, checker_of, checkpointing_leaves, leaf_time, record, sanctioned, timestamp_dirs, training_leaves,
-    workloads)
+from mlpstorage_py.results.tree.layout import TIMESTAMP
+from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
+from mlpstorage_py.results.tree.values import leaf_time
+from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, rule
+from mlpstorage_py.rules import tables
 
 PHASES = ("datasize", "datagen", "run")
 # reportgen's identity/result tables may sit beside the timestamp directories of a phase or
@@ -30,51 +34,71 @@ LOG_READ_LIMIT = 1 << 16
 LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
 
-def _models(pkg: Package, family: str, number: str) -> Iterable[Finding]:
-    for division, org, org_dir in pkg.orgs:
-        if not checker_of(pkg, division, org):
+def sanctioned(unit: Leaf | Result | System, family: str) -> dict:
+    """{model: [accelerators]} the edition of the unit's submission sanctions for one family."""
+    edition = tables.edition(_package(unit).edition_of(unit.division, unit.org))
+    return (edition.get(unit.division) or {}).get(family) or {}
+
+
+def judged(unit: Leaf | Result) -> dict:
+    """The checker block that judges a leaf or result, {} when these rules pass it by: its
+    submission's edition is not checkable, its system directory is dot-prefixed (clutter, not
+    listed) or its model is not one the edition sanctions for its benchmark."""
+    name = unit.system.name if isinstance(unit, Result) else unit.system
+    block = tables.checker(_package(unit).edition_of(unit.division, unit.org))
+    if not block or name.startswith(".") or unit.model not in sanctioned(unit, unit.benchmark):
+        return {}
+    return block
+
+
+def _package(unit: Leaf | Result | System) -> Package:
+    return unit.system.package if isinstance(unit, Result) else unit.package
+
+
+def _models(r: Rule, system: System, family: str) -> Iterable[Finding]:
+    if system.name.startswith(".") or not tables.checker(system.package.edition_of(system.division, system.org)):
+        return
+    allowed = sorted(sanctioned(system, family))
+    family_dir = system.path / family
+    if not real_dir(family_dir):
+        return
+    content = visible(family_dir)
+    if not [n for n, k, _ in content if k == DIR]:
+        yield r.invalid(family_dir, f"{family}/ holds no workload directory")
+    for name, ekind, path in content:
+        if ekind == LINK:
             continue
-        allowed = sorted(sanctioned(pkg, division, org, family))
-        for system, kind, system_dir in visible(org_dir / "results"):
-            family_dir = system_dir / family
-            if kind != DIR or not real_dir(family_dir):
-                continue
-            content = visible(family_dir)
-            if not [n for n, k, _ in content if k == DIR]:
-                yield finding(number, INVALID, family_dir, f"{family}/ holds no workload directory")
-            for name, ekind, path in content:
-                if ekind == LINK:
-                    continue
-                if ekind != DIR or name not in allowed:
-                    yield finding(number, INVALID, path, f"unexpected {ekind} {name!r} in {family}/ (allowed: {', '.join(allowed)})")
+        if ekind != DIR or name not in allowed:
+            yield r.invalid(path, f"unexpected {ekind} {name!r} in {family}/ (allowed: {', '.join(allowed)})")
 
 
-@rule("2.1.11", "trainingWorkloads")
-def training_workloads(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.11", "trainingWorkloads").check(SYSTEM)
+def training_workloads(r: Rule, system: System) -> Iterable[Finding]:
     """training/ holds only the edition's training models (unet3d, retinanet)."""
-    yield from _models(pkg, "training", "2.1.11")
+    yield from _models(r, system, "training")
 
 
-@rule("2.1.21", "checkpointingWorkloads")
-def checkpointing_workloads(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.21", "checkpointingWorkloads").check(SYSTEM)
+def checkpointing_workloads(r: Rule, system: System) -> Iterable[Finding]:
     """checkpointing/ holds only the edition's checkpointing models (llama3-8b ... llama3-1t)."""
-    yield from _models(pkg, "checkpointing", "2.1.21")
+    yield from _models(r, system, "checkpointing")
 
 
-@rule("2.1.12", "trainingPhases", parts=True)
-def training_phases(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.12", "trainingPhases").check(RESULT, benchmark="training")
+def training_phases(r: Rule, result: Result) -> Iterable[Finding]:
     """A training workload directory holds datasize/, datagen/ and run/, and nothing else."""
-    for wl in workloads(pkg, "training"):
-        content = {n: (k, p) for n, k, p in visible(wl.path)}
-        for phase in PHASES:
-            if content.get(phase, (None,))[0] != DIR:
-                yield finding("2.1.12", INVALID, wl.path, f"training/{wl.model} has no {phase}/ phase directory")
-        for name, (kind, path) in sorted(content.items()):
-            if name not in PHASES and kind != LINK:
-                yield finding("2.1.12", INVALID, path, f"unexpected {kind} {name!r} in training/{wl.model} (datasize, datagen and run only)")
+    if not judged(result):
+        return
+    content = {n: (k, p) for n, k, p in visible(result.path)}
+    for phase in PHASES:
+        if content.get(phase, (None,))[0] != DIR:
+            yield r.invalid(result.path, f"training/{result.model} has no {phase}/ phase directory")
+    for name, (kind, path) in sorted(content.items()):
+        if name not in PHASES and kind != LINK:
+            yield r.invalid(path, f"unexpected {kind} {name!r} in training/{result.model} (datasize, datagen and run only)")
 
 
-def _timestamps(directory: Path, number: str, expected: tuple[int, int], what: str) -> Iterable[Finding]:
+def _timestamps(r: Rule, directory: Path, expected: tuple[int, int], what: str) -> Iterable[Finding]:
     """Exactly `expected` (lo, hi) valid timestamp directories and only results tables beside them."""
     stamps = []
     for name, kind, path in visible(directory):
@@ -82,76 +106,76 @@ def _timestamps(directory: Path, number: str, expected: tuple[int, int], what: s
             continue
         if kind == DIR and TIMESTAMP.match(name):
             if leaf_time(name) is None:
-                yield finding(number, INVALID, path, f"{name} is not a real date and time (YYYYMMDD_HHmmss)")
+                yield r.invalid(path, f"{name} is not a real date and time (YYYYMMDD_HHmmss)")
             stamps.append(name)
         elif not (kind == FILE and name in PHASE_TABLES):
-            yield finding(number, INVALID, path, f"unexpected {kind} {name!r} beside the timestamp directories")
+            yield r.invalid(path, f"unexpected {kind} {name!r} beside the timestamp directories")
     lo, hi = expected
     if not lo <= len(stamps) <= hi:
         count = str(lo) if lo == hi else f"{lo} to {hi}"
-        yield finding(number, INVALID, directory, f"{what} holds {len(stamps)} timestamp directories; {count} required")
+        yield r.invalid(directory, f"{what} holds {len(stamps)} timestamp directories; {count} required")
 
 
-@rule("2.1.13", "datagenTimestamp", parts=True)
-def datagen_timestamp(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.13", "datagenTimestamp").check(RESULT, benchmark="training")
+def datagen_timestamp(r: Rule, result: Result) -> Iterable[Finding]:
     """datagen/ holds exactly one timestamp directory."""
-    for wl in workloads(pkg, "training"):
-        if real_dir(wl.path / "datagen"):
-            yield from _timestamps(wl.path / "datagen", "2.1.13", (1, 1), f"training/{wl.model}/datagen")
+    if judged(result) and real_dir(result.path / "datagen"):
+        yield from _timestamps(r, result.path / "datagen", (1, 1), f"training/{result.model}/datagen")
 
 
-@rule("2.1.17", "runTimestamps", parts=True)
-def run_timestamps(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.17", "runTimestamps").check(RESULT, benchmark="training")
+def run_timestamps(r: Rule, result: Result) -> Iterable[Finding]:
     """run/ holds exactly runs_per_result (edition 3.0: 6) timestamp directories."""
-    for wl in workloads(pkg, "training"):
-        if real_dir(wl.path / "run"):
-            count = int(wl.checker["runs_per_result"]["training"])
-            yield from _timestamps(wl.path / "run", "2.1.17", (count, count), f"training/{wl.model}/run")
+    block = judged(result)
+    if block and real_dir(result.path / "run"):
+        count = int(block["runs_per_result"]["training"])
+        yield from _timestamps(r, result.path / "run", (count, count), f"training/{result.model}/run")
 
 
-@rule("2.1.23", "checkpointingTimestamps", parts=True)
-def checkpointing_timestamps(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.23", "checkpointingTimestamps").check(RESULT, benchmark="checkpointing")
+def checkpointing_timestamps(r: Rule, result: Result) -> Iterable[Finding]:
     """A checkpointing workload holds one (combined) or two (write, then read) timestamp directories."""
-    for wl in workloads(pkg, "checkpointing"):
-        count = int(wl.checker["runs_per_result"]["checkpointing"])
-        yield from _timestamps(wl.path, "2.1.23", (1, count), f"checkpointing/{wl.model}")
+    block = judged(result)
+    if block:
+        count = int(block["runs_per_result"]["checkpointing"])
+        yield from _timestamps(r, result.path, (1, count), f"checkpointing/{result.model}")
 
 
-def _gaps(pkg: Package, directory: Path, number: str) -> Iterable[Finding]:
+def _gaps(r: Rule, leaves: list[Leaf]) -> Iterable[Finding]:
     """Neighbouring runs are separated by less than one run's duration (2.1.18, 2.1.24).
 
     The names state when each invocation began; the idle time between the end of one run and
     the name of the next must be shorter than a run: otherwise a run could have been removed
     from between them."""
-    leaves = sorted((leaf_time(p.name), p) for p in timestamp_dirs(directory) if leaf_time(p.name) is not None)
-    for (t0, first), (t1, second) in zip(leaves, leaves[1:]):
-        end0, end1 = record(pkg, first).end_local, record(pkg, second).end_local
+    timed = sorted(((leaf.name_time, leaf.path), leaf) for leaf in leaves if leaf.name_time is not None)
+    for ((t0, _), first), ((t1, _), second) in zip(timed, timed[1:]):
+        end0, end1 = first.end_local, second.end_local
         durations = [end - start for end, start in ((end0, t0), (end1, t1)) if end is not None and end >= start]
         if end0 is None or not durations:
-            yield finding(number, WARNING, second, f"cannot check the gap after {first.name}: no readable summary.json or "
-                                                   "metadata records when the runs ended")
+            yield r.warning(second.path, f"cannot check the gap after {first.path.name}: no readable summary.json or "
+                                         "metadata records when the runs ended")
             continue
         idle, longest = t1 - end0, max(durations)
         if idle >= longest:
-            yield finding(number, INVALID, second, f"{second.name} starts {idle.total_seconds():,.0f} s after {first.name} ended, "
-                                                   f"not less than one run ({longest.total_seconds():,.0f} s): runs are not consecutive")
+            yield r.invalid(second.path, f"{second.path.name} starts {idle.total_seconds():,.0f} s after {first.path.name} "
+                                         f"ended, not less than one run ({longest.total_seconds():,.0f} s): runs are not consecutive")
 
 
-@rule("2.1.18", "runTimestampGap", parts=True)
-def run_gap(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.18", "runTimestampGap").check(RESULT, benchmark="training")
+def run_gap(r: Rule, result: Result) -> Iterable[Finding]:
     """Consecutive training runs leave less than one run's duration between them."""
-    for wl in workloads(pkg, "training"):
-        yield from _gaps(pkg, wl.path / "run", "2.1.18")
+    if judged(result):
+        yield from _gaps(r, result.phase("run"))
 
 
-@rule("2.1.24", "checkpointingTimestampGap", parts=True)
-def checkpointing_gap(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.24", "checkpointingTimestampGap").check(RESULT, benchmark="checkpointing")
+def checkpointing_gap(r: Rule, result: Result) -> Iterable[Finding]:
     """Consecutive checkpointing invocations leave less than one invocation's duration between them."""
-    for wl in workloads(pkg, "checkpointing"):
-        yield from _gaps(pkg, wl.path, "2.1.24")
+    if judged(result):
+        yield from _gaps(r, result.leaves)
 
 
-def _leaf_files(leaf: Path, number: str, patterns: list[str], folders: list[str]) -> Iterable[Finding]:
+def _leaf_files(r: Rule, leaf: Path, patterns: list[str], folders: list[str]) -> Iterable[Finding]:
     listing = names(leaf)
     for pattern in patterns:
         search = re.compile(pattern).search
@@ -159,7 +183,7 @@ def _leaf_files(leaf: Path, number: str, patterns: list[str], folders: list[str]
         files = [(n, child(leaf, n)) for n, k in matched if k == FILE]
         if not files:
             why = f"{matched[0][0]} is a {matched[0][1]}, not a file" if matched else f"no file matching {pattern!r}"
-            yield finding(number, INVALID, leaf, why)
+            yield r.invalid(leaf, why)
             continue
         if pattern.endswith(r"json$"):
             for name, path in files:
@@ -167,23 +191,23 @@ def _leaf_files(leaf: Path, number: str, patterns: list[str], folders: list[str]
                 if problem is None and not isinstance(data, dict):
                     problem = f"{name} is not a JSON object"
                 if problem:
-                    yield finding(number, INVALID, path, problem)
+                    yield r.invalid(path, problem)
     for folder in folders:
         if not real_dir(leaf / folder):
-            yield finding(number, INVALID, leaf, f"no {folder}/ subdirectory")
+            yield r.invalid(leaf, f"no {folder}/ subdirectory")
 
 
-def _dlio_config(leaf: Path, number: str, expected: list[str], parent: str = "") -> Iterable[Finding]:
+def _dlio_config(r: Rule, leaf: Path, expected: list[str], parent: str = "") -> Iterable[Finding]:
     folder = leaf / "dlio_config"
     if not real_dir(folder):
         # the missing folder is reported once, by the files rule that requires it (2.1.14, 2.1.19, 2.1.25)
-        yield finding(number, INFO, leaf, f"not checked: no dlio_config/ subdirectory (reported under {parent})")
+        yield r.info(leaf, f"not checked: no dlio_config/ subdirectory (reported under {parent})")
         return
     content = {n: (k, p) for n, k, p in visible(folder)}
     for name in expected:
         kind, path = content[name] if name in content else (None, folder / name)
         if kind != FILE:
-            yield finding(number, INVALID, path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
+            yield r.invalid(path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
             continue
         shape, problem = yaml_shape(path, "workload" if name == "config.yaml" else None)
         if problem is None:
@@ -192,91 +216,107 @@ def _dlio_config(leaf: Path, number: str, expected: list[str], parent: str = "")
             if not shape_ok:
                 problem = f"{name} does not hold a DLIO {name[:-5]} record (empty, truncated or of the wrong shape)"
         if problem:
-            yield finding(number, INVALID, path, problem)
+            yield r.invalid(path, problem)
     for name, (kind, path) in sorted(content.items()):
         if name not in expected:
-            yield finding(number, INVALID, path, f"unexpected {kind} {name!r} in dlio_config/ (only {', '.join(expected)})")
+            yield r.invalid(path, f"unexpected {kind} {name!r} in dlio_config/ (only {', '.join(expected)})")
 
 
-@rule("2.1.14", "datagenFiles", parts=True)
-def datagen_files(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.14", "datagenFiles").check(LEAF, benchmark="training", command="datagen")
+def datagen_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A datagen leaf holds the logs, metadata and dlio_config/ the edition's checker block lists."""
-    for wl, leaf in training_leaves(pkg, "datagen"):
-        yield from _leaf_files(leaf, "2.1.14", wl.checker["datagen_required_files"], wl.checker["datagen_required_folders"])
+    block = judged(leaf)
+    if block:
+        yield from _leaf_files(r, leaf.path, block["datagen_required_files"], block["datagen_required_folders"])
 
 
-@rule("2.1.15", "datagenDlioConfig", parts=True)
-def datagen_dlio_config(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.15", "datagenDlioConfig").check(LEAF, benchmark="training", command="datagen")
+def datagen_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A datagen leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    for wl, leaf in training_leaves(pkg, "datagen"):
-        yield from _dlio_config(leaf, "2.1.15", wl.checker["dlio_config_files"], "2.1.14")
+    block = judged(leaf)
+    if block:
+        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.14")
 
 
-def _results_json(directory: Path, number: str) -> Iterable[Finding]:
+def _results_json(r: Rule, directory: Path) -> Iterable[Finding]:
     path = directory / "results.json"
     data, problem = load_json(path)
     if problem is None and not isinstance(data, dict):
         problem = "results.json is not a JSON object"
     if problem:
-        yield finding(number, INVALID, path if kind_of(path) is not None else directory, problem)
+        yield r.invalid(path if kind_of(path) is not None else directory, problem)
 
 
-@rule("2.1.16", "runResultsJson", parts=True)
-def run_results_json(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.16", "runResultsJson").check(RESULT, benchmark="training")
+def run_results_json(r: Rule, result: Result) -> Iterable[Finding]:
     """The training run/ directory holds a readable results.json."""
-    for wl in workloads(pkg, "training"):
-        if real_dir(wl.path / "run"):
-            yield from _results_json(wl.path / "run", "2.1.16")
+    if judged(result) and real_dir(result.path / "run"):
+        yield from _results_json(r, result.path / "run")
 
 
-@rule("2.1.22", "checkpointingResultsJson", parts=True)
-def checkpointing_results_json(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.22", "checkpointingResultsJson").check(RESULT, benchmark="checkpointing")
+def checkpointing_results_json(r: Rule, result: Result) -> Iterable[Finding]:
     """A checkpointing workload directory holds a readable results.json."""
-    for wl in workloads(pkg, "checkpointing"):
-        yield from _results_json(wl.path, "2.1.22")
+    if judged(result):
+        yield from _results_json(r, result.path)
 
 
-@rule("2.1.19", "runFiles", parts=True)
-def run_files(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.19", "runFiles").check(LEAF, benchmark="training", command="run")
+def run_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A training run leaf holds the logs, DLIO JSON outputs and dlio_config/ the checker block lists."""
-    for wl, leaf in training_leaves(pkg, "run"):
-        yield from _leaf_files(leaf, "2.1.19", wl.checker["run_required_files"], wl.checker["run_required_folders"])
+    block = judged(leaf)
+    if block:
+        yield from _leaf_files(r, leaf.path, block["run_required_files"], block["run_required_folders"])
 
 
-@rule("2.1.20", "runDlioConfig", parts=True)
-def run_dlio_config(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.20", "runDlioConfig").check(LEAF, benchmark="training", command="run")
+def run_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A training run leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    for wl, leaf in training_leaves(pkg, "run"):
-        yield from _dlio_config(leaf, "2.1.20", wl.checker["dlio_config_files"], "2.1.19")
+    block = judged(leaf)
+    if block:
+        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.19")
 
 
-@rule("2.1.25", "checkpointingFiles", parts=True)
-def checkpointing_files(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.25", "checkpointingFiles").check(LEAF, benchmark="checkpointing")
+def checkpointing_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A checkpointing leaf holds the logs, JSON outputs and dlio_config/ the checker block lists."""
-    for wl, leaf in checkpointing_leaves(pkg):
-        yield from _leaf_files(leaf, "2.1.25", wl.checker["checkpoint_required_files"], wl.checker["checkpoint_required_folders"])
+    block = judged(leaf)
+    if block:
+        yield from _leaf_files(r, leaf.path, block["checkpoint_required_files"], block["checkpoint_required_folders"])
 
 
-@rule("2.1.26", "checkpointingDlioConfig", parts=True)
-def checkpointing_dlio_config(pkg: Package) -> Iterable[Finding]:
+@rule("2.1.26", "checkpointingDlioConfig").check(LEAF, benchmark="checkpointing")
+def checkpointing_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A checkpointing leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    for wl, leaf in checkpointing_leaves(pkg):
-        yield from _dlio_config(leaf, "2.1.26", wl.checker["dlio_config_files"], "2.1.25")
+    block = judged(leaf)
+    if block:
+        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.25")
 
 
-@rule("2.29", "dlioLog", parts=True)
-def dlio_log(pkg: Package) -> Iterable[Finding]:
+DLIO_LOG = rule("2.29", "dlioLog")
+
+
+@DLIO_LOG.check(LEAF, benchmark="training")
+def dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Every datagen, run and checkpointing leaf's dlio.log is a real log, not empty or pruned."""
-    leaves = [leaf for phase in ("datagen", "run") for _, leaf in training_leaves(pkg, phase)]
-    leaves += [leaf for _, leaf in checkpointing_leaves(pkg)]
-    for leaf in leaves:
-        path = leaf / "dlio.log"
-        if kind_of(path) is None:
-            continue  # reported as a missing file by 2.1.14, 2.1.19 or 2.1.25
-        text, problem = read_text(path, LOG_READ_LIMIT)
-        if problem:
-            yield finding("2.29", INVALID, path, problem)
-        elif not LOG_RECORD.search(text):
-            size = path.stat().st_size
-            yield finding("2.29", INVALID, path, f"dlio.log ({size} bytes) holds no timestamped log record: "
-                                                 "empty, pruned or a placeholder")
+    if leaf.command in ("datagen", "run") and judged(leaf):
+        yield from _dlio_log(r, leaf)
+
+
+@DLIO_LOG.check(LEAF, benchmark="checkpointing")
+def checkpointing_dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
+    if judged(leaf):
+        yield from _dlio_log(r, leaf)
+
+
+def _dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
+    path = leaf.path / "dlio.log"
+    if kind_of(path) is None:
+        return  # reported as a missing file by 2.1.14, 2.1.19 or 2.1.25
+    text, problem = read_text(path, LOG_READ_LIMIT)
+    if problem:
+        yield r.invalid(path, problem)
+    elif not LOG_RECORD.search(text):
+        size = path.stat().st_size
+        yield r.invalid(path, f"dlio.log ({size} bytes) holds no timestamped log record: "
+                              "empty, pruned or a placeholder")

@@ -3,7 +3,8 @@ cache row, 6.3.4, is kv_rows').
 
 Each function takes the leaves of one result and returns (figures, issues): figures are the
 values of the results table (None where the rules say the cell is blank), issues are messages
-explaining a blank or an invalid aggregation.
+explaining a blank or an invalid aggregation. The training figures (3.3.8) are computed in
+checker/aggregation, which rule 3.3.8 shares: the checker must not import report/.
 """
 
 from __future__ import annotations
@@ -12,54 +13,10 @@ import statistics
 from typing import Any
 
 from mlpstorage_py.results.tree.package import Leaf
+from mlpstorage_py.checker.aggregation import Figures, training  # noqa: F401 - reportgen's training figures
+from mlpstorage_py.checker.aggregation import mean_of as _mean_of, metric as _metric
 from mlpstorage_py.checker.rules_checkpointing import dlio_engine_note
 from mlpstorage_py.rules.tables import checker
-
-Figures = dict[str, Any]
-
-
-def _metric(leaf: Leaf) -> dict[str, Any]:
-    summary = leaf.summary or {}
-    metric = summary.get("metric") if "__unreadable__" not in summary else None
-    return metric if isinstance(metric, dict) else {}
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _mean_of(leaves: list[Leaf], key: str) -> float | None:
-    """Arithmetic mean of one metric over leaves; None (blank) when any leaf lacks it."""
-    values = [_metric(leaf).get(key) for leaf in leaves]
-    if not values or any(not isinstance(v, (int, float)) for v in values):
-        return None
-    return statistics.fmean(values)
-
-
-def training(runs: list[Leaf]) -> tuple[Figures, list[str]]:
-    """Rules 3.3.8: the earliest of the run leaves is the warm-up; the other five are measured."""
-    issues: list[str] = []
-    expected = checker()["runs_per_result"]["training"]
-    ordered = sorted(runs, key=lambda leaf: leaf.path.name)
-    if len(ordered) != expected:
-        issues.append(f"expected {expected} training runs (1 warm-up + {expected - 1}), found {len(ordered)}")
-    measured = ordered[1:]
-    io = _mean_of(measured, "train_io_mean_MB_per_second")
-    figures: Figures = {"read_bw_gib_s": io / 1024 if io is not None else None, "measured_runs": [l.path.name for l in measured],
-                        "warmup_run": ordered[0].path.name if ordered else None}
-    names = sorted({k[len("train_"):] for leaf in measured for k, v in _metric(leaf).items()
-                    if k.startswith("train_") and isinstance(v, list)})
-    for name in names:
-        per_run = [_metric(leaf).get(f"train_{name}") for leaf in measured]
-        if any(not isinstance(v, list) or not v or not all(_number(x) for x in v) for v in per_run):
-            issues.append(f"metric train_{name} is empty (or not a list of numbers) in a measured run; cannot aggregate")
-            figures[f"train_mean_of_{name}"] = None
-            continue
-        figures[f"train_mean_of_{name}"] = statistics.fmean(statistics.fmean(v) for v in per_run)
-    if figures["read_bw_gib_s"] is None:
-        issues.append("a measured run lacks metric.train_io_mean_MB_per_second: Read B/W is blank")
-    return figures, issues
-
 
 def _count(leaf: Leaf, key: str) -> int:
     meta = leaf.metadata or {}
