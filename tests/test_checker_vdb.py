@@ -15,7 +15,7 @@ import synthetic_families
 from conftest import REALDATA
 from mlpstorage_py import checker
 from mlpstorage_py.checker import rules_kvcache, rules_vdb
-from mlpstorage_py.results.tree.package import Package
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.tables import rule_index
@@ -283,14 +283,19 @@ def of(number: str, result: Path = REAL_VDB) -> list:
     return [f for f in real_findings() if f.rule == number and (f.path == str(result) or f.path.startswith(f"{result}/"))]
 
 
-def real_runs(pkg: Package, result: Path) -> list:
-    return sorted((v for v in rules_vdb._leaves(pkg, "run") if v.leaf.workload_dir == result), key=lambda v: v.path.name)
+def vdb_leaves(pkg: Package) -> list[Leaf]:
+    return [leaf for leaf in pkg.leaves if leaf.benchmark == "vector_database"]
+
+
+def real_runs(pkg: Package, result: Path) -> list[Leaf]:
+    return sorted((leaf for leaf in vdb_leaves(pkg) if leaf.command == "run" and leaf.workload_dir == result),
+                  key=lambda leaf: leaf.path.name)
 
 
 @needs_realdata
 def test_realdata_holds_two_diskann_results():
     pkg = Package.load(REALDATA)
-    assert {v.leaf.workload_dir for v in rules_vdb._leaves(pkg)} == {REAL_VDB, REAL_VDB_SAMSUNG}
+    assert {leaf.workload_dir for leaf in vdb_leaves(pkg)} == {REAL_VDB, REAL_VDB_SAMSUNG}
     assert [len(real_runs(pkg, result)) for result in (REAL_VDB, REAL_VDB_SAMSUNG)] == [5, 5]
     assert all("/vector_database/" not in f.path or f.path.startswith((str(REAL_VDB), str(REAL_VDB_SAMSUNG)))
                for f in real_findings())
@@ -336,7 +341,7 @@ def test_realdata_samsung_diskann_reads_as_published():
     runs = real_runs(pkg, REAL_VDB_SAMSUNG)
     assert [v.path.name for v in runs] == ["20260721_102236", "20260721_102716", "20260721_102834",
                                            "20260721_102951", "20260721_103108"]
-    assert all(v.summary is None and v.meta is not None for v in runs)
+    assert all(v.summary is None and v.metadata is not None for v in runs)
     assert [(f.severity, Path(f.path).name, f.message) for f in of("5.3.1", REAL_VDB_SAMSUNG)] == [
         (INVALID, v.path.name, "no summary.json") for v in runs]
     paths = [f for f in of("5.4.1", REAL_VDB_SAMSUNG) if "/run/" in f.path]

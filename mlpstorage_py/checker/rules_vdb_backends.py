@@ -1,6 +1,7 @@
 """Section 5, where and on what a vector database run ran: path arguments and filesystems (5.4),
-object storage (5.5) and the CLOSED backend, index types and parameters (5.6.2-5.6.5). The leaf
-reader (Vdb) and the shared helpers live in vdb_leaves.
+object storage (5.5) and the CLOSED backend, index types and parameters (5.6.2-5.6.5). Each rule
+judges one leaf, but 5.5.1, which also judges the system's description once per system. The
+readings of a leaf's files beyond its records live in vdb_leaves.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
+from mlpstorage_py.checker.vdb_leaves import (
+    FAMILY, LOG_LIMIT, cannot, checker_block, config, database, engine, evidence_problem, index_type,
+    missing_summary, named_outputs, not_checked, param, resolved, sanctioned_models, value)
 from mlpstorage_py.results.tree.files import FILE, entries, read_text
-from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INVALID, Finding, finding, rule
-from mlpstorage_py.checker.structure_helpers import apart, dig, sanctioned, system_description
-from mlpstorage_py.checker.vdb_leaves import FAMILY, LOG_LIMIT, Vdb, _cannot, _leaves, _not_checked
+from mlpstorage_py.results.tree.package import Leaf, System
+from mlpstorage_py.results.tree.values import apart, dig
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 
@@ -21,29 +24,29 @@ DF_HEADER = re.compile(r"\bFilesystem\b.*\bMounted on\s*$")
 OBJECT_TYPES = ("s3", "object", "minio", "gcs", "azure")
 
 
-def _api(pkg: Package, v: Vdb) -> str | None:
-    sut, problem, _ = system_description(pkg, v.division, v.leaf.org, v.leaf.system)
+def _api(leaf: Leaf) -> str | None:
+    sut, problem, _ = leaf.package.system_description(leaf.division, leaf.org, leaf.system)
     return None if problem else dig(sut, "solution", "architecture", "benchmark_API")
 
 
-@rule("5.4.1", "vdbPathArgs", parts=True)
-def path_args(pkg: Package) -> Iterable[Finding]:
+@rule("5.4.1", "vdbPathArgs").check(LEAF, benchmark=FAMILY)
+def path_args(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """File-API leaves record a storage root and a results directory, and they are apart."""
-    for v in _leaves(pkg):
-        if _api(pkg, v) == "object":
-            continue  # 5.5.1 validates the backend instead
-        if v.parameters[0] is None and v.meta is None:
-            # the missing metadata is reported once, under LEAF-01 / 1.1
-            yield _not_checked("5.4.1", v, "the storage root and results directory", v.evidence_problem())
-            continue
-        root = v.param("storage", "storage_root") or dig(v.meta, "args", "data_dir")
-        results = dig(v.meta, "args", "results_dir") or dig(v.meta, "result_dir")
-        if not root:
-            yield finding("5.4.1", INVALID, v.path, "no storage root recorded (--storage-root, storage.storage_root)")
-        if not results:
-            yield finding("5.4.1", INVALID, v.rec.meta_path, "no results directory recorded (--results-dir)")
-        if root and results and not apart(str(root), str(results)):
-            yield finding("5.4.1", INVALID, v.path, f"the storage root {root} and the results directory {results} are not different directories")
+    if not checker_block(leaf) or _api(leaf) == "object":
+        return  # an object-API leaf: 5.5.1 validates the backend instead
+    meta = leaf.metadata
+    if resolved(leaf)[0] is None and meta is None:
+        # the missing metadata is reported once, under LEAF-01 / 1.1
+        yield not_checked(r, leaf, "the storage root and results directory", evidence_problem(leaf))
+        return
+    root = param(leaf, "storage", "storage_root") or dig(meta, "args", "data_dir")
+    results = dig(meta, "args", "results_dir") or dig(meta, "result_dir")
+    if not root:
+        yield r.invalid(leaf.path, "no storage root recorded (--storage-root, storage.storage_root)")
+    if not results:
+        yield r.invalid(leaf.path_of("metadata"), "no results directory recorded (--results-dir)")
+    if root and results and not apart(str(root), str(results)):
+        yield r.invalid(leaf.path, f"the storage root {root} and the results directory {results} are not different directories")
 
 
 def _df_entries(text: str) -> dict[str, dict[str, str]]:
@@ -71,8 +74,8 @@ def _df_entries(text: str) -> dict[str, dict[str, str]]:
     return found
 
 
-def _df_from_log(v: Vdb) -> tuple[tuple[dict, dict] | None, str]:
-    for name, kind, path in entries(v.path):
+def _df_from_log(leaf: Leaf) -> tuple[tuple[dict, dict] | None, str]:
+    for name, kind, path in entries(leaf.path):
         if kind != FILE or not (name.endswith(".log")):
             continue
         text, _ = read_text(path, LOG_LIMIT)
@@ -84,160 +87,157 @@ def _df_from_log(v: Vdb) -> tuple[tuple[dict, dict] | None, str]:
     return None, ""
 
 
-@rule("5.4.2", "vdbFilesystemCheck", parts=True)
-def filesystem_check(pkg: Package) -> Iterable[Finding]:
+@rule("5.4.2", "vdbFilesystemCheck").check(LEAF, benchmark=FAMILY)
+def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """The leaf's log holds a df of the data directory and of the results directory, on different filesystems."""
-    for v in _leaves(pkg):
-        if _api(pkg, v) == "object":
-            continue
-        found, log = _df_from_log(v)
-        if found:
-            data, logs = found
-            if (data.get("filesystem"), data["mount"]) == (logs.get("filesystem"), logs["mount"]):
-                yield finding("5.4.2", INVALID, v.path / log, f"the data directory {data['path']} and the results directory "
-                                                              f"{logs['path']} are on one filesystem ({data['mount']})")
-            continue
-        fs = dig(v.summary, "filesystems")
-        if isinstance(fs, dict) and isinstance(fs.get("data"), dict) and isinstance(fs.get("results"), dict):
-            if fs.get("same_filesystem") is not False:
-                yield finding("5.4.2", INVALID, v.rec.summary_path, "summary.json's df records put the data and the results on one filesystem")
-            continue
-        recorded, problem = v.rec.fs_separation
-        if recorded is not None:
-            if recorded.get("same_filesystem") is not False:
-                yield finding("5.4.2", INVALID, v.path / "fs_separation.json", "fs_separation.json shows the data and results on one filesystem")
-            continue
-        why = "" if problem == "missing" else f": {problem}"
-        logs = [n for n, k, _ in entries(v.path) if k == FILE and n.endswith(".log")]
-        absent = [n for n, present in v.named_outputs() if not present]
-        read = f"read {', '.join(logs)}" if logs else "the leaf holds no log"
-        gone = f"; {', '.join(absent)}, named in the metadata, {'is' if len(absent) == 1 else 'are'} absent" if absent else ""
-        yield finding("5.4.2", INVALID, v.path, "no df of the data directory and the results directory in the leaf's log "
-                                                f"(nor a filesystem record in summary.json or fs_separation.json{why}; {read}{gone})")
+    if not checker_block(leaf) or _api(leaf) == "object":
+        return
+    found, log = _df_from_log(leaf)
+    if found:
+        data, logs = found
+        if (data.get("filesystem"), data["mount"]) == (logs.get("filesystem"), logs["mount"]):
+            yield r.invalid(leaf.path / log, f"the data directory {data['path']} and the results directory "
+                                             f"{logs['path']} are on one filesystem ({data['mount']})")
+        return
+    fs = dig(leaf.summary, "filesystems")
+    if isinstance(fs, dict) and isinstance(fs.get("data"), dict) and isinstance(fs.get("results"), dict):
+        if fs.get("same_filesystem") is not False:
+            yield r.invalid(leaf.path_of("summary"), "summary.json's df records put the data and the results on one filesystem")
+        return
+    separation = leaf.record("fs_separation")
+    if separation.value is not None:
+        if separation.value.get("same_filesystem") is not False:
+            yield r.invalid(leaf.path / "fs_separation.json", "fs_separation.json shows the data and results on one filesystem")
+        return
+    why = "" if separation.missing else f": {separation.problem}"
+    logs = [n for n, k, _ in entries(leaf.path) if k == FILE and n.endswith(".log")]
+    absent = [n for n, present in named_outputs(leaf) if not present]
+    read = f"read {', '.join(logs)}" if logs else "the leaf holds no log"
+    gone = f"; {', '.join(absent)}, named in the metadata, {'is' if len(absent) == 1 else 'are'} absent" if absent else ""
+    yield r.invalid(leaf.path, "no df of the data directory and the results directory in the leaf's log "
+                               f"(nor a filesystem record in summary.json or fs_separation.json{why}; {read}{gone})")
 
 
-def _is_object(value: Any) -> bool:
-    return isinstance(value, str) and any(t in value.lower() for t in OBJECT_TYPES)
+def _is_object(found: Any) -> bool:
+    return isinstance(found, str) and any(t in found.lower() for t in OBJECT_TYPES)
 
 
-@rule("5.5.1", "vdbObjectStorageBackend", parts=True)
-def object_backend(pkg: Package) -> Iterable[Finding]:
+@rule("5.5.1", "vdbObjectStorageBackend").check(SYSTEM)
+def object_backend(r: Rule, system: System) -> Iterable[Finding]:
     """An object-API system records an S3-compatible backend; each leaf's storage type agrees with the declared API."""
-    told: set[tuple[str, str, str]] = set()
-    for v in _leaves(pkg):
-        sut, problem, sys_path = system_description(pkg, v.division, v.leaf.org, v.leaf.system)
-        if problem:
-            continue  # 2.1.7 / 2.1.8 report the description
-        api = dig(sut, "solution", "architecture", "benchmark_API")
-        storage_type, _ = v.value("storage_type", "storage", "storage_type")
-        key = (v.division, v.leaf.org, v.leaf.system)
-        if api == "object":
-            architecture = dig(sut, "solution", "architecture") or {}
-            backend = dig(sut, "solution", "storage_backend") or architecture.get("storage_backend")
-            product = architecture.get("product_API")
-            if key not in told and not (_is_object(backend) or product == "object"):
-                told.add(key)
-                yield finding("5.5.1", INVALID, sys_path, f"the object-API system records no S3-compatible storage backend "
-                                                          f"(solution.architecture.product_API is {product!r}, no storage_backend)")
-            if storage_type is not None and not _is_object(storage_type):
-                yield finding("5.5.1", INVALID, v.path, f"storage.storage_type {storage_type!r} is not object storage, "
-                                                        "but the system declares the object API")
+    leaves = [leaf for leaf in system.leaves if leaf.benchmark == FAMILY and checker_block(leaf)]
+    if not leaves:
+        return
+    sut, problem, sys_path = system.package.system_description(system.division, system.org, system.name)
+    if problem:
+        return  # 2.1.7 / 2.1.8 report the description
+    api = dig(sut, "solution", "architecture", "benchmark_API")
+    if api == "object":
+        architecture = dig(sut, "solution", "architecture") or {}
+        backend = dig(sut, "solution", "storage_backend") or architecture.get("storage_backend")
+        product = architecture.get("product_API")
+        if not (_is_object(backend) or product == "object"):
+            yield r.invalid(sys_path, f"the object-API system records no S3-compatible storage backend "
+                                      f"(solution.architecture.product_API is {product!r}, no storage_backend)")
+    for leaf in leaves:
+        storage_type, _ = value(leaf, "storage_type", "storage", "storage_type")
+        if api == "object" and storage_type is not None and not _is_object(storage_type):
+            yield r.invalid(leaf.path, f"storage.storage_type {storage_type!r} is not object storage, "
+                                       "but the system declares the object API")
         elif api == "file" and _is_object(storage_type):
-            yield finding("5.5.1", INVALID, v.path, f"storage.storage_type {storage_type!r} is object storage, but the system "
-                                                    "declares the file API")
+            yield r.invalid(leaf.path, f"storage.storage_type {storage_type!r} is object storage, but the system "
+                                       "declares the file API")
 
 
 # --- 5.6 CLOSED / OPEN --------------------------------------------------------------------
 
-@rule("5.6.2", "vdbClosedDatabaseBackend", parts=True)
-def closed_backend(pkg: Package) -> Iterable[Finding]:
+def _judged(leaf: Leaf, division: str) -> bool:
+    return leaf.division == division and bool(checker_block(leaf))
+
+
+@rule("5.6.2", "vdbClosedDatabaseBackend").check(LEAF, benchmark=FAMILY)
+def closed_backend(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """CLOSED leaves record database.database milvus, under vector_database/milvus/."""
-    for v in _leaves(pkg):
-        if v.division != "closed":
-            continue
-        allowed = sorted(sanctioned(pkg, v.division, v.leaf.org, FAMILY))
-        database, where = v.database()
-        if database is None:
-            yield _cannot("5.6.2", v, "the database backend", v.summary_problem or "summary.json and config.json record no database.database")
-            continue
-        if database not in allowed:
-            yield finding("5.6.2", INVALID, v.rec.summary_path, f"database {database!r} ({where}); CLOSED runs {', '.join(allowed)}")
-        elif v.engine != database:
-            yield finding("5.6.2", INVALID, v.path, f"the leaf is under vector_database/{v.engine}/ but records database {database!r}")
+    if not _judged(leaf, "closed"):
+        return
+    allowed = sorted(sanctioned_models(leaf))
+    found, where = database(leaf)
+    if found is None:
+        yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
+    elif found not in allowed:
+        yield r.invalid(leaf.path_of("summary"), f"database {found!r} ({where}); CLOSED runs {', '.join(allowed)}")
+    elif engine(leaf) != found:
+        yield r.invalid(leaf.path, f"the leaf is under vector_database/{engine(leaf)}/ but records database {found!r}")
 
 
-@rule("5.6.3", "vdbClosedIndexTypes", parts=True)
-def closed_index_types(pkg: Package) -> Iterable[Finding]:
+@rule("5.6.3", "vdbClosedIndexTypes").check(LEAF, benchmark=FAMILY)
+def closed_index_types(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """CLOSED leaves record, and sit under, one of the CLOSED index types (DISKANN, HNSW, AISAQ)."""
+    if not _judged(leaf, "closed"):
+        return
     allowed = tables.workloads()[FAMILY]["index_types"]["closed"]
-    for v in _leaves(pkg):
-        if v.division != "closed":
-            continue
-        if v.index_dir not in allowed:
-            yield finding("5.6.3", INVALID, v.leaf.workload_dir,
-                f"index directory {v.index_dir!r} is not a CLOSED index type ({', '.join(allowed)})")
-        kind, where = v.index_type()
-        if kind is None:
-            why = v.missing_summary() if v.summary is None else "summary.json records no index_type"
-            yield _not_checked("5.6.3", v, "the index type", f"{why}; config.json and the metadata record none either")
-        elif kind not in allowed:
-            yield finding("5.6.3", INVALID, v.rec.summary_path,
-                f"index_type {kind!r} ({where}) is not a CLOSED index type ({', '.join(allowed)})")
-        elif kind != v.index_dir:
-            yield finding("5.6.3", INVALID, v.rec.summary_path, f"index_type {kind!r} ({where}) differs from its directory {v.index_dir!r}")
+    if leaf.model not in allowed:
+        yield r.invalid(leaf.workload_dir, f"index directory {leaf.model!r} is not a CLOSED index type ({', '.join(allowed)})")
+    kind, where = index_type(leaf)
+    if kind is None:
+        why = missing_summary(leaf) if leaf.summary is None else "summary.json records no index_type"
+        yield not_checked(r, leaf, "the index type", f"{why}; config.json and the metadata record none either")
+    elif kind not in allowed:
+        yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} ({where}) is not a CLOSED index type ({', '.join(allowed)})")
+    elif kind != leaf.model:
+        yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} ({where}) differs from its directory {leaf.model!r}")
 
 
-def _overrides(v: Vdb) -> dict:
-    value = dig(v.meta, "override_parameters")
-    return value if isinstance(value, dict) else {}
+def _overrides(leaf: Leaf) -> dict:
+    found = dig(leaf.metadata, "override_parameters")
+    return found if isinstance(found, dict) else {}
 
 
-@rule("5.6.4", "vdbClosedSubmissionParameters", parts=True)
-def closed_parameters(pkg: Package) -> Iterable[Finding]:
+@rule("5.6.4", "vdbClosedSubmissionParameters").check(LEAF, benchmark=FAMILY)
+def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """CLOSED leaves change only the CLOSED tunables; the OPEN-only settings keep their CLOSED values."""
+    if not _judged(leaf, "closed"):
+        return
     allowed = tables.param_allowlist(FAMILY, "closed") | tables.tool_injected_params(FAMILY)
-    for v in _leaves(pkg):
-        if v.division != "closed":
-            continue
-        params, where = v.parameters
-        if v.config[1]:
-            yield finding("5.6.4", INVALID, v.path / "config.json", f"cannot read the run's parameters: {v.config[1]}")
-        if params is None and v.meta is None:
-            if not v.config[1]:  # a broken config.json is reported above; a missing metadata under LEAF-01 / 1.1
-                yield _not_checked("5.6.4", v, "the parameters", v.evidence_problem())
-            continue
-        for key in sorted(k for k in _overrides(v) if k not in allowed):
-            yield finding("5.6.4", INVALID, v.rec.meta_path, f"{key} is not a CLOSED tunable (--params {key}={_overrides(v)[key]})")
-        flat = flatten(params) if params else {}
-        for key, fixed in sorted(v.checker.get("vdb_closed_fixed", {}).items()):
-            value = flat.get(key)
-            if value is not None and canonical(value) != canonical(fixed):
-                yield finding("5.6.4", INVALID, v.path, f"{key} = {value!r} ({where}) is an OPEN setting; CLOSED runs with {fixed!r}")
-        verdict = dig(v.meta, "verification")
-        if isinstance(verdict, str) and verdict.upper() not in ("CLOSED",):
-            yield finding("5.6.4", INVALID, v.rec.meta_path, f"the tool judged this run {verdict}, not CLOSED")
+    params, where = resolved(leaf)
+    config_problem = config(leaf)[1]
+    if config_problem:
+        yield r.invalid(leaf.path / "config.json", f"cannot read the run's parameters: {config_problem}")
+    if params is None and leaf.metadata is None:
+        if not config_problem:  # a broken config.json is reported above; a missing metadata under LEAF-01 / 1.1
+            yield not_checked(r, leaf, "the parameters", evidence_problem(leaf))
+        return
+    overrides = _overrides(leaf)
+    for key in sorted(k for k in overrides if k not in allowed):
+        yield r.invalid(leaf.path_of("metadata"), f"{key} is not a CLOSED tunable (--params {key}={overrides[key]})")
+    flat = flatten(params) if params else {}
+    for key, fixed in sorted(checker_block(leaf).get("vdb_closed_fixed", {}).items()):
+        found = flat.get(key)
+        if found is not None and canonical(found) != canonical(fixed):
+            yield r.invalid(leaf.path, f"{key} = {found!r} ({where}) is an OPEN setting; CLOSED runs with {fixed!r}")
+    verdict = dig(leaf.metadata, "verification")
+    if isinstance(verdict, str) and verdict.upper() not in ("CLOSED",):
+        yield r.invalid(leaf.path_of("metadata"), f"the tool judged this run {verdict}, not CLOSED")
 
 
-@rule("5.6.5", "vdbOpenSubmissionParameters", parts=True)
-def open_parameters(pkg: Package) -> Iterable[Finding]:
+@rule("5.6.5", "vdbOpenSubmissionParameters").check(LEAF, benchmark=FAMILY)
+def open_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """OPEN leaves record a supported backend and change only CLOSED, OPEN or backend-native index parameters."""
+    if not _judged(leaf, "open"):
+        return
     allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)
     milvus_types = tables.workloads()[FAMILY]["index_types"]["open"]
-    for v in _leaves(pkg):
-        if v.division != "open":
-            continue
-        backends = v.checker.get("vdb_open_backends") or sorted(sanctioned(pkg, v.division, v.leaf.org, FAMILY))
-        database, where = v.database()
-        if database is None:
-            yield _cannot("5.6.5", v, "the database backend", v.summary_problem or "summary.json and config.json record no database.database")
-        elif database not in backends:
-            yield finding("5.6.5", INVALID, v.rec.summary_path,
-                f"database {database!r} ({where}) is not a supported backend ({', '.join(backends)})")
-        elif v.engine != database:
-            yield finding("5.6.5", INVALID, v.path, f"the leaf is under vector_database/{v.engine}/ but records database {database!r}")
-        kind, _ = v.index_type()
-        if database == "milvus" and kind is not None and kind not in milvus_types:
-            yield finding("5.6.5", INVALID, v.rec.summary_path, f"index_type {kind!r} is not a Milvus index type ({', '.join(milvus_types)})")
-        for key in sorted(k for k in _overrides(v) if k not in allowed and not k.startswith("index.")):
-            yield finding("5.6.5", INVALID, v.rec.meta_path,
-                f"{key} is neither a CLOSED nor an OPEN tunable (--params {key}={_overrides(v)[key]})")
+    backends = checker_block(leaf).get("vdb_open_backends") or sorted(sanctioned_models(leaf))
+    found, where = database(leaf)
+    if found is None:
+        yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
+    elif found not in backends:
+        yield r.invalid(leaf.path_of("summary"), f"database {found!r} ({where}) is not a supported backend ({', '.join(backends)})")
+    elif engine(leaf) != found:
+        yield r.invalid(leaf.path, f"the leaf is under vector_database/{engine(leaf)}/ but records database {found!r}")
+    kind, _ = index_type(leaf)
+    if found == "milvus" and kind is not None and kind not in milvus_types:
+        yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} is not a Milvus index type ({', '.join(milvus_types)})")
+    overrides = _overrides(leaf)
+    for key in sorted(k for k in overrides if k not in allowed and not k.startswith("index.")):
+        yield r.invalid(leaf.path_of("metadata"), f"{key} is neither a CLOSED nor an OPEN tunable (--params {key}={overrides[key]})")
