@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlpstorage_py.checker.structure_helpers import as_int, dig
+from mlpstorage_py.results.tree.values import as_int, dig
 
 MISSING_RANK = re.compile(r"option_([^/\\\s]+)[/\\]trial_(\d+)[/\\]rank_(\d+)")
 

@@ -14,9 +14,10 @@ the ranks ran is in the recorded invocations, and those are what the rules judge
 Table KVCache-1 is configs/kvcache/options.yaml (the table the tool emits from); the sequence
 locks and the 1e-9 tolerance of the recomputation are the edition's checker block.
 
-This module is the leaf model (recorded invocations, rank files, the option table) and 6.4.2;
+This module is the leaf model (Kv: recorded invocations, rank files, the option table) and 6.4.2;
 the rules are in rules_kvcache_workload (6.3.1-6.3.3), rules_kvcache_aggregate (6.3.4) and
-rules_kvcache_storage (6.4-6.6), registered in that order.
+rules_kvcache_storage (6.4-6.6), registered in that order. Each judges one run leaf, read through
+judged(); 6.5.2 judges a system's description.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
-from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import not_applicable
+from mlpstorage_py.results.code_image import source_root
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
-from mlpstorage_py.checker.structure_helpers import (
-    LeafRecord, as_int, as_number, checker_of, dig, record)
+from mlpstorage_py.results.tree.package import Leaf
+from mlpstorage_py.results.tree.values import as_int, as_number, dig
+from mlpstorage_py.rules import tables
 
 FAMILY = "kv_cache"
 OPTION_KEYS = ("model", "num_users", "duration", "gpu_mem_gb", "cpu_mem_gb", "max_concurrent_allocs", "generation_mode")
@@ -157,8 +159,11 @@ class RankFile:
 
 
 class Kv:
-    def __init__(self, leaf: Leaf, rec: LeafRecord, checker: dict):
-        self.leaf, self.rec, self.checker = leaf, rec, checker
+    """A KV cache run leaf as the section 6 rules and the results table read it: what its records
+    say it ran (the invocations, the plan, the rank files), derived once for all of them."""
+
+    def __init__(self, leaf: Leaf):
+        self.leaf = leaf
 
     @property
     def path(self) -> Path:
@@ -169,21 +174,27 @@ class Kv:
         return self.leaf.division == "closed"
 
     @property
-    def meta(self) -> dict | None:
-        return self.rec.meta
+    def metadata(self) -> dict | None:
+        return self.leaf.metadata
 
     @property
     def summary(self) -> dict | None:
-        return self.rec.summary
+        return self.leaf.summary
 
     @property
     def args(self) -> dict:
-        return self.rec.args
+        return self.leaf.args
+
+    @functools.cached_property
+    def checker(self) -> dict:
+        """The checker block of the edition its submission is judged under (empty: not checkable)."""
+        package = self.leaf.package
+        return tables.checker(package.edition_of(self.leaf.division, self.leaf.org)) if package else {}
 
     @functools.cached_property
     def parameters(self) -> dict | None:
         """Our tool's structured plan (options/sequence/global), or None (the v3.0 flat pins)."""
-        block = dig(self.meta, "parameters")
+        block = dig(self.metadata, "parameters")
         return block if isinstance(block, dict) and isinstance(block.get("options"), dict) else None
 
     def planned(self, option: str) -> dict | None:
@@ -192,9 +203,9 @@ class Kv:
 
     @functools.cached_property
     def invocations(self) -> list[Invocation]:
-        commands: list[Any] = [c.get("command") for c in dig(self.meta, "command_output_files") or [] if isinstance(c, dict)]
+        commands: list[Any] = [c.get("command") for c in dig(self.metadata, "command_output_files") or [] if isinstance(c, dict)]
         if not commands:
-            commands = list(dig(self.meta, "executed_argv") or [])
+            commands = list(dig(self.metadata, "executed_argv") or [])
         found = [parse_invocation(c) for c in commands]
         return [inv for inv in found if inv is not None]
 
@@ -216,8 +227,8 @@ class Kv:
 
     @functools.cached_property
     def total_ranks(self) -> int | None:
-        for value in (dig(self.summary, "total_ranks"), dig(self.meta, "engine_parameters", "total_ranks"),
-                      dig(self.meta, "num_processes")):
+        for value in (dig(self.summary, "total_ranks"), dig(self.metadata, "engine_parameters", "total_ranks"),
+                      dig(self.metadata, "num_processes")):
             if as_int(value) is not None:
                 return as_int(value)
         return None
@@ -231,14 +242,14 @@ class Kv:
 
     @functools.cached_property
     def hosts(self) -> list[str]:
-        for value in (dig(self.summary, "hosts"), dig(self.meta, "engine_parameters", "hosts"), self.args.get("hosts")):
+        for value in (dig(self.summary, "hosts"), dig(self.metadata, "engine_parameters", "hosts"), self.args.get("hosts")):
             if isinstance(value, list) and value:
                 return [str(h).split(":")[0] for h in value]
         return []
 
     @functools.cached_property
     def host_count(self) -> int | None:
-        value = as_int(dig(self.summary, "host_count")) or as_int(dig(self.meta, "engine_parameters", "host_count"))
+        value = as_int(dig(self.summary, "host_count")) or as_int(dig(self.metadata, "engine_parameters", "host_count"))
         return value if value is not None else (len(set(self.hosts)) if self.hosts else None)
 
     @functools.cached_property
@@ -285,26 +296,19 @@ class Kv:
         return [f for f in self.rank_files if f.option == option]
 
 
-def _leaves(pkg: Package) -> list[Kv]:
-    cache = vars(pkg).setdefault("_kv_leaves", {})
-    if "all" not in cache:
-        found = []
-        for leaf in pkg.leaves:
-            if leaf.benchmark != FAMILY or leaf.command != "run":
-                continue
-            block = checker_of(pkg, leaf.division, leaf.org)
-            if block:
-                found.append(Kv(leaf, record(pkg, leaf.path), block))
-        cache["all"] = found
-    return cache["all"]
+@functools.lru_cache(maxsize=1)
+def judged(leaf: Leaf) -> Kv | None:
+    """The run leaf as the rules read it, or None when its edition is not checkable (EDN-04 skips it).
+    The runner offers one leaf to all its checks in turn: the last leaf's reading is kept, and only it,
+    so the rules share one parse of its invocations and rank files."""
+    kv = Kv(leaf)
+    return kv if kv.checker else None
 
 
 @functools.cache
 def option_table() -> dict[str, Any]:
     """Table KVCache-1 (configs/kvcache/options.yaml), keyed by Option as a string."""
-    from mlpstorage_py.benchmarks.kvcache import option_table as load
-
-    return load()
+    return tables.kvcache_options(source_root() / "configs")
 
 
 def _table(option: str) -> dict | None:

@@ -8,11 +8,11 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
-from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Finding, finding, rule
+from mlpstorage_py.checker.registry import INVALID, LEAF, WARNING, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
-    DEVICE_READ, DEVICE_WRITE, READ_BW, THROUGHPUT, WRITE_BW, RankFile, _close, _leaves, _missing_text)
-from mlpstorage_py.checker.structure_helpers import as_int, as_number, dig
+    DEVICE_READ, DEVICE_WRITE, FAMILY, READ_BW, THROUGHPUT, WRITE_BW, Kv, RankFile, _close, _missing_text, judged)
+from mlpstorage_py.results.tree.package import Leaf
+from mlpstorage_py.results.tree.values import as_int, as_number, dig
 
 
 # --- 6.3.4 aggregation -----------------------------------------------------------------------------
@@ -59,98 +59,102 @@ def recompute(files: list[RankFile]) -> Recomputed | None:
                       cpu_tier, storage_ranks == 0)
 
 
-def _check_aggregate(pkg: Package, number: str, what: str, pick: dict[str, Any], files_rule: str | None = None,
+def _check_aggregate(r: Rule, kv: Kv, what: str, pick: dict[str, Any], files_rule: str | None = None,
                      fields_rule: str | None = None) -> Iterable[Finding]:
     """Recompute the stated aggregates. A missing per-rank file is reported once, by the first rule
     that reads them (files_rule None); the others say they were not checked. An absent field is
     INVALID here unless fields_rule names the rule that requires it stated (then: not checked)."""
-    for kv in _leaves(pkg):
-        unstated: list[str] = []
-        if kv.summary is None:
-            yield finding(number, INVALID, kv.rec.summary_path, f"cannot check {what}: {kv.rec.summary_problem}")
+    summary_path = kv.leaf.path_of("summary")
+    unstated: list[str] = []
+    if kv.summary is None:
+        yield r.invalid(summary_path, f"cannot check {what}: {kv.leaf.problem('summary')}")
+        return
+    tol = float(kv.checker.get("kvcache_aggregate_rel_tol", 1e-9))
+    declared = declared_missing(kv.summary)
+    missing_files: list[RankFile] = []
+    for option in kv.options:
+        block = kv.option_summary(option)
+        if block is None:
+            yield r.invalid(summary_path, f"summary.json has no aggregate for Option {option}")
             continue
-        tol = float(kv.checker.get("kvcache_aggregate_rel_tol", 1e-9))
-        declared = declared_missing(kv.summary)
-        missing_files: list[RankFile] = []
-        for option in kv.options:
-            block = kv.option_summary(option)
-            if block is None:
-                yield finding(number, INVALID, kv.rec.summary_path, f"summary.json has no aggregate for Option {option}")
-                continue
-            absent = [k for k in pick if as_number(block.get(k)) is None]
-            if absent and fields_rule:
-                unstated.append(f"Option {option} states no {', '.join(absent)}")
-            elif absent:
-                yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} states no {', '.join(absent)}")
-            # a rank result the summary itself names as lost is the partial failure 6.3.4.1 reports,
-            # not a file the package lacks; the stated aggregate is checked over the ranks it summed
-            files = kv.files_of(option)
-            bad = [f for f in files if f.data is None and (f.option, f.trial, f.rank) not in declared]
-            present = [f for f in files if f.data is not None]
-            if bad or not present:
-                missing_files += bad
-                continue
-            values = recompute(present)
-            for key, get in pick.items():
-                stated = as_number(block.get(key))
-                if stated is not None and not _close(stated, get(values), tol):
-                    yield finding(number, INVALID, kv.rec.summary_path, f"Option {option} {key} {stated!r} != {get(values)!r} "
-                                                                        f"recomputed from {len(present)} per-rank results")
-        if unstated:
-            yield finding(number, INFO, kv.rec.summary_path, f"not checked: {'; '.join(unstated)} (the headline requires them: "
-                                                             f"reported under {fields_rule})")
-        if missing_files and files_rule:
-            yield finding(number, INFO, kv.path, f"not checked: {what} cannot be recomputed without the per-rank results "
-                                                 f"(reported under {files_rule})")
-        elif missing_files:
-            yield finding(number, INVALID, kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
-        elif not kv.rank_files and kv.options and not declared:
-            yield finding(number, INVALID, kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
-                                                    "(total_ranks and trials_per_option unrecorded or implausible)")
+        absent = [k for k in pick if as_number(block.get(k)) is None]
+        if absent and fields_rule:
+            unstated.append(f"Option {option} states no {', '.join(absent)}")
+        elif absent:
+            yield r.invalid(summary_path, f"Option {option} states no {', '.join(absent)}")
+        # a rank result the summary itself names as lost is the partial failure 6.3.4.1 reports,
+        # not a file the package lacks; the stated aggregate is checked over the ranks it summed
+        files = kv.files_of(option)
+        bad = [f for f in files if f.data is None and (f.option, f.trial, f.rank) not in declared]
+        present = [f for f in files if f.data is not None]
+        if bad or not present:
+            missing_files += bad
+            continue
+        values = recompute(present)
+        for key, get in pick.items():
+            stated = as_number(block.get(key))
+            if stated is not None and not _close(stated, get(values), tol):
+                yield r.invalid(summary_path, f"Option {option} {key} {stated!r} != {get(values)!r} "
+                                              f"recomputed from {len(present)} per-rank results")
+    if unstated:
+        yield r.info(summary_path, f"not checked: {'; '.join(unstated)} (the headline requires them: "
+                                   f"reported under {fields_rule})")
+    if missing_files and files_rule:
+        yield r.info(kv.path, f"not checked: {what} cannot be recomputed without the per-rank results "
+                              f"(reported under {files_rule})")
+    elif missing_files:
+        yield r.invalid(kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
+    elif not kv.rank_files and kv.options and not declared:
+        yield r.invalid(kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
+                                 "(total_ranks and trials_per_option unrecorded or implausible)")
 
 
-@rule("6.3.4.1", "kvcacheAggregateBandwidth", parts=True)
-def aggregate_bandwidth(pkg: Package) -> Iterable[Finding]:
+@rule("6.3.4.1", "kvcacheAggregateBandwidth").check(LEAF, benchmark=FAMILY, command="run")
+def aggregate_bandwidth(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """aggregated_read/write_bandwidth_gbps = fmean over trials of the sum over every rank (a partial failure is not).
 
     Recomputed from the rank files; a summary that records lost ranks states sums over the survivors."""
-    for kv in _leaves(pkg):
-        lost = partial_failure(kv.summary)
-        if lost is None:
-            continue
-        if lost.missing_ranks:
-            yield finding("6.3.4.1", INVALID, kv.rec.summary_path,
-                          f"partial failure: {lost.text()}; the aggregates sum every rank of a trial, so figures "
-                          "summed over the surviving ranks are not this result's (the same holds for 6.3.4.2's "
-                          "throughput and 6.3.4.3's latency of those Options)")
-        else:
-            yield finding("6.3.4.1", WARNING, kv.rec.summary_path,
-                          f"partial failure: {lost.text()}; every rank result is present, but the run did not "
-                          "end cleanly")
-    yield from _check_aggregate(pkg, "6.3.4.1", "the aggregate bandwidth",
-                                {READ_BW: lambda r: r.read_bw, WRITE_BW: lambda r: r.write_bw})
+    kv = judged(leaf)
+    if kv is None:
+        return
+    lost = partial_failure(kv.summary)
+    if lost is not None and lost.missing_ranks:
+        yield r.invalid(leaf.path_of("summary"),
+                        f"partial failure: {lost.text()}; the aggregates sum every rank of a trial, so figures "
+                        "summed over the surviving ranks are not this result's (the same holds for 6.3.4.2's "
+                        "throughput and 6.3.4.3's latency of those Options)")
+    elif lost is not None:
+        yield r.warning(leaf.path_of("summary"),
+                        f"partial failure: {lost.text()}; every rank result is present, but the run did not "
+                        "end cleanly")
+    yield from _check_aggregate(r, kv, "the aggregate bandwidth",
+                                {READ_BW: lambda v: v.read_bw, WRITE_BW: lambda v: v.write_bw})
 
 
-@rule("6.3.4.2", "kvcacheAggregateThroughput", parts=True)
-def aggregate_throughput(pkg: Package) -> Iterable[Finding]:
+@rule("6.3.4.2", "kvcacheAggregateThroughput").check(LEAF, benchmark=FAMILY, command="run")
+def aggregate_throughput(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """aggregated_storage_throughput_tokens_per_sec = fmean over trials of the sum over ranks, recomputed."""
-    yield from _check_aggregate(pkg, "6.3.4.2", "the aggregate storage throughput", {THROUGHPUT: lambda r: r.throughput},
-                                files_rule="6.3.4.1")
+    kv = judged(leaf)
+    if kv is not None:
+        yield from _check_aggregate(r, kv, "the aggregate storage throughput", {THROUGHPUT: lambda v: v.throughput},
+                                    files_rule="6.3.4.1")
 
 
-@rule("6.3.4.3", "kvcacheAggregateDeviceLatency", parts=True)
-def aggregate_latency(pkg: Package) -> Iterable[Finding]:
+@rule("6.3.4.3", "kvcacheAggregateDeviceLatency").check(LEAF, benchmark=FAMILY, command="run")
+def aggregate_latency(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """aggregated_device_read/write_p95_ms = max over ranks and trials, recomputed; the result states how."""
-    yield from _check_aggregate(pkg, "6.3.4.3", "the aggregate device latency",
-                                {DEVICE_READ: lambda r: r.device_read, DEVICE_WRITE: lambda r: r.device_write},
+    kv = judged(leaf)
+    if kv is None:
+        return
+    yield from _check_aggregate(r, kv, "the aggregate device latency",
+                                {DEVICE_READ: lambda v: v.device_read, DEVICE_WRITE: lambda v: v.device_write},
                                 files_rule="6.3.4.1", fields_rule="6.3.4.5")
-    for kv in _leaves(pkg):
-        if kv.summary is None:
-            continue
-        note = dig(kv.summary, "aggregation", "device_latency")
-        if not (isinstance(note, str) and "max" in note.lower() and "p95" in note.lower()):
-            yield finding("6.3.4.3", INVALID, kv.rec.summary_path, "the result does not state that the device P95 is the max of per-rank P95s "
-                                                                   "over the storage-tier I/O span (summary.json aggregation.device_latency)")
+    if kv.summary is None:
+        return
+    note = dig(kv.summary, "aggregation", "device_latency")
+    if not (isinstance(note, str) and "max" in note.lower() and "p95" in note.lower()):
+        yield r.invalid(leaf.path_of("summary"), "the result does not state that the device P95 is the max of per-rank P95s "
+                                                 "over the storage-tier I/O span (summary.json aggregation.device_latency)")
 
 
 def lists_every_rank(stated: Any, ranks: int | None) -> bool:
@@ -160,68 +164,73 @@ def lists_every_rank(stated: Any, ranks: int | None) -> bool:
         {as_int(r) for r in stated} >= set(range(ranks))
 
 
-@rule("6.3.4.4", "kvcacheLatencyValidity", parts=True)
-def latency_validity(pkg: Package) -> Iterable[Finding]:
+@rule("6.3.4.4", "kvcacheLatencyValidity").check(LEAF, benchmark=FAMILY, command="run")
+def latency_validity(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """No Option's ranks are all CPU-tier (INVALID in CLOSED, a warning in OPEN); cpu_tier_ranks is right."""
-    for kv in _leaves(pkg):
-        for option in kv.options:
-            block = kv.option_summary(option) or {}
-            files = kv.files_of(option)
-            values = recompute(files)
-            stated = block.get("cpu_tier_ranks")
-            if values is not None:
-                all_cpu, cpu = values.all_cpu_tier, values.cpu_tier
-                if isinstance(stated, list) and {as_int(r) for r in stated} != cpu:
-                    yield finding("6.3.4.4", INVALID, kv.rec.summary_path, f"Option {option} lists cpu_tier_ranks {stated}; the per-rank "
-                                                                           f"results have storage_entries == 0 on {sorted(cpu)}")
-            else:
-                ranks = as_int(block.get("rank_count")) or kv.total_ranks
-                all_cpu = block.get("all_ranks_cpu_tier") is True or lists_every_rank(stated, ranks)
-            if all_cpu:
-                severity = INVALID if kv.closed else WARNING
-                yield finding("6.3.4.4", severity, kv.rec.summary_path,
-                              f"every rank of Option {option} served its KV from the CPU tier (storage_entries == 0): "
-                              "its device latency is not a storage measurement")
+    kv = judged(leaf)
+    if kv is None:
+        return
+    for option in kv.options:
+        block = kv.option_summary(option) or {}
+        files = kv.files_of(option)
+        values = recompute(files)
+        stated = block.get("cpu_tier_ranks")
+        if values is not None:
+            all_cpu, cpu = values.all_cpu_tier, values.cpu_tier
+            if isinstance(stated, list) and {as_int(r) for r in stated} != cpu:
+                yield r.invalid(leaf.path_of("summary"), f"Option {option} lists cpu_tier_ranks {stated}; the per-rank "
+                                                         f"results have storage_entries == 0 on {sorted(cpu)}")
+        else:
+            ranks = as_int(block.get("rank_count")) or kv.total_ranks
+            all_cpu = block.get("all_ranks_cpu_tier") is True or lists_every_rank(stated, ranks)
+        if all_cpu:
+            severity = INVALID if kv.closed else WARNING
+            yield r.finding(severity, leaf.path_of("summary"),
+                                      f"every rank of Option {option} served its KV from the CPU tier (storage_entries == 0): "
+                                      "its device latency is not a storage measurement")
 
 
-@rule("6.3.4.5", "kvcacheHeadlineResult", parts=True)
-def headline(pkg: Package) -> Iterable[Finding]:
+@rule("6.3.4.5", "kvcacheHeadlineResult").check(LEAF, benchmark=FAMILY, command="run")
+def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Each Option states read bandwidth, device read/write P95 and storage throughput with total_ranks."""
     parts = {"storage_read_bandwidth_gbps": READ_BW, "device_read_p95_ms": DEVICE_READ,
              "device_write_p95_ms": DEVICE_WRITE, "storage_throughput_tokens_per_sec": THROUGHPUT}
-    for kv in _leaves(pkg):
-        if kv.summary is None:
-            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"no headline result: {kv.rec.summary_problem}")
-            continue
-        older = kv.rec.summary_name or ""
-        if older.startswith("kvcache_run_summary"):
-            yield finding("6.3.4.5", WARNING, kv.rec.summary_path,
-                          f"the aggregate was read from {older}, the name older tool versions wrote; the reference's "
-                          "report generator reads only summary.json and withholds the row: rename it summary.json")
-        total = as_int(dig(kv.summary, "total_ranks"))
-        if total is None:
-            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, "summary.json states no total_ranks for the headline")
-        lacking: dict[str, list[str]] = {}  # what is absent -> the Options it is absent from: one finding per leaf
-        for option in kv.options:
-            block = kv.option_summary(option)
-            if block is None:
-                continue  # 6.3.4.1 reports an Option without an aggregate
-            absent = [key for key in parts.values() if as_number(block.get(key)) is None]
-            if absent:
-                lacking.setdefault(", ".join(absent), []).append(option)
-            stated = as_int(block.get("total_ranks", total))
-            if total is not None and stated != total:
-                yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
-                    f"Option {option} reports total_ranks {block.get('total_ranks')}, the run {total}")
-            line = block.get("headline")
-            if isinstance(line, dict):
-                for name, key in [*parts.items(), ("total_ranks", "total_ranks")]:
-                    want = block.get(key, total) if key == "total_ranks" else block.get(key)
-                    if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
-                        yield finding("6.3.4.5", INVALID, kv.rec.summary_path,
-                            f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")
-        for absent, options in lacking.items():
-            label = f"Option {options[0]}'s headline" if len(options) == 1 else f"the headline of Options {', '.join(options)}"
-            yield finding("6.3.4.5", INVALID, kv.rec.summary_path, f"{label} lacks {absent}")
+    kv = judged(leaf)
+    if kv is None:
+        return
+    if kv.summary is None:
+        yield r.invalid(leaf.path_of("summary"), f"no headline result: {leaf.problem('summary')}")
+        return
+    found = leaf.record("summary").path
+    older = found.name if found is not None else ""
+    if older.startswith("kvcache_run_summary"):
+        yield r.warning(leaf.path_of("summary"),
+                        f"the aggregate was read from {older}, the name older tool versions wrote; the reference's "
+                        "report generator reads only summary.json and withholds the row: rename it summary.json")
+    total = as_int(dig(kv.summary, "total_ranks"))
+    if total is None:
+        yield r.invalid(leaf.path_of("summary"), "summary.json states no total_ranks for the headline")
+    lacking: dict[str, list[str]] = {}  # what is absent -> the Options it is absent from: one finding per leaf
+    for option in kv.options:
+        block = kv.option_summary(option)
+        if block is None:
+            continue  # 6.3.4.1 reports an Option without an aggregate
+        absent = [key for key in parts.values() if as_number(block.get(key)) is None]
+        if absent:
+            lacking.setdefault(", ".join(absent), []).append(option)
+        stated = as_int(block.get("total_ranks", total))
+        if total is not None and stated != total:
+            yield r.invalid(leaf.path_of("summary"),
+                            f"Option {option} reports total_ranks {block.get('total_ranks')}, the run {total}")
+        line = block.get("headline")
+        if isinstance(line, dict):
+            for name, key in [*parts.items(), ("total_ranks", "total_ranks")]:
+                want = block.get(key, total) if key == "total_ranks" else block.get(key)
+                if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
+                    yield r.invalid(leaf.path_of("summary"),
+                                    f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")
+    for absent, options in lacking.items():
+        label = f"Option {options[0]}'s headline" if len(options) == 1 else f"the headline of Options {', '.join(options)}"
+        yield r.invalid(leaf.path_of("summary"), f"{label} lacks {absent}")
 
 

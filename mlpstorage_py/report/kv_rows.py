@@ -16,12 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlpstorage_py.results.tree import files
 from mlpstorage_py.checker.kv_failures import partial_failure
-from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.checker.rules_kvcache import Kv, option_table
-from mlpstorage_py.checker.structure_helpers import LeafRecord, as_number
 from mlpstorage_py.report.table import KV_GROUPS, KV_METRICS
+from mlpstorage_py.results.tree.package import Leaf
+from mlpstorage_py.results.tree.values import as_number
 
 KV_FIELDS = {"throughput_tok_s": "aggregated_storage_throughput_tokens_per_sec",
              "read_bw_gib_s": "aggregated_read_bandwidth_gbps",
@@ -127,7 +126,7 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
         out.withheld = ("no run of this workload is finished with a summary: "
                         + "; ".join(f"{leaf.path.name} ({_problem(leaf, finished, state)})" for leaf, finished, state in runs))
         return out
-    kv = Kv(chosen, LeafRecord(chosen.path), {})
+    kv = Kv(chosen)
     options = (chosen.summary or {}).get("options")
     options = options if isinstance(options, dict) else {}
     out.figures = {"published_run": chosen.path.name, "columns": {}}
