@@ -136,7 +136,7 @@ def test_a_real_leaf_of_the_lifecycle_is_ok(cli, results):
 
 
 def test_placeholders_left_by_systems_describe_are_paperwork(cli, fresh):
-    from mlpstorage_py.systems.profile import PLACEHOLDER
+    from mlpstorage_py.results.host_profile import PLACEHOLDER
 
     root = fresh()
     edit_yaml(root / "closed/Acme/systems/sys1.yaml", lambda d: d["system_under_test"]["solution"].update(

@@ -20,9 +20,9 @@ from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.checker.system_schema import check
 from mlpstorage_py.rules.tables import system_description as schema_table
-from mlpstorage_py.systems import host_sidecar
+from mlpstorage_py.results import host_sidecar
 from mlpstorage_py.systems.describe import unfilled
-from mlpstorage_py.systems.profile import KERNEL_SYSCTL, networking
+from mlpstorage_py.results.host_profile import KERNEL_SYSCTL, networking
 
 FILLED = {"friendly_description": "Acme shared filesystem 2.0",
           "architecture": {"storage_location": "remote", "product_API": "file", "client_footprint": "open_source",
@@ -275,7 +275,7 @@ def edit_sidecar(path: Path, hostname: str, devices: list[dict]) -> None:
 def test_drive_groups_and_sidecar_devices_drift():
     """A described drive group is on the host unit_count times (boot drives may be left out);
     the sidecar's devices are the host's whole set, matched by hostname, else the closest entry."""
-    from mlpstorage_py.systems.profile import differences
+    from mlpstorage_py.results.host_profile import differences
 
     disk = {"name": "nvme0n1", "model": "Acme NVMe 3.84TB", "vendor": None, "size_gib": 3576.3, "rotational": False,
             "scheduler": "none", "read_ahead_kb": 128, "nr_requests": 1023}

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mlpstorage_py.results.tree.files import load_yaml, real_dir
-from mlpstorage_py.checker.registry import WARNING, Finding, finding
-from mlpstorage_py.checker.structure_helpers import as_int, as_number
+from mlpstorage_py.results.host_profile import PLACEHOLDER
+from mlpstorage_py.results.tree.values import as_int, as_number
+from mlpstorage_py.checker.registry import Finding, Rule
 from mlpstorage_py.rules.tables import system_description as table
-from mlpstorage_py.systems.profile import PLACEHOLDER
 
 CAPABILITIES = "system_under_test.solution.capabilities"
 # How many unfilled fields one finding names before it counts the rest.
@@ -224,7 +224,7 @@ def check(doc: Any, skip: frozenset[str] = frozenset()) -> Shape:
     return shape
 
 
-def description_shape(path: Path) -> Iterator[Finding]:
+def description_shape(r: Rule, path: Path) -> Iterator[Finding]:
     """2.1.7 WARNINGs for one parsed systems/<system>.yaml: a problem each, and one for the fields
     not filled in. The capabilities of a system with checkpointing results are 4.7.3's and 4.7.4's."""
     doc, problem = load_yaml(path)
@@ -233,9 +233,9 @@ def description_shape(path: Path) -> Iterator[Finding]:
     checkpointing = real_dir(path.parent.parent / "results" / path.stem / "checkpointing")
     shape = check(doc, frozenset({CAPABILITIES}) if checkpointing else frozenset())
     for message in shape.problems:
-        yield finding("2.1.7", WARNING, path, f"system description: {message}")
+        yield r.warning(path, f"system description: {message}")
     if shape.unfilled:
         more = len(shape.unfilled) - SHOWN
-        yield finding("2.1.7", WARNING, path, f"system description: {len(shape.unfilled)} field(s) not filled in "
-                                              f"({PLACEHOLDER} or null): {', '.join(shape.unfilled[:SHOWN])}"
-                                              f"{f' and {more} more' if more > 0 else ''}")
+        yield r.warning(path, f"system description: {len(shape.unfilled)} field(s) not filled in "
+                              f"({PLACEHOLDER} or null): {', '.join(shape.unfilled[:SHOWN])}"
+                              f"{f' and {more} more' if more > 0 else ''}")

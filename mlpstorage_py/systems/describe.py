@@ -21,8 +21,8 @@ from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, NotFoundError
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import system_description
-from mlpstorage_py.systems import host_sidecar
-from mlpstorage_py.systems.profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
+from mlpstorage_py.results import host_sidecar
+from mlpstorage_py.results.host_profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
 
 ONPREM_ONLY = "onprem only: delete it for a cloud deployment"
 HEADER = """\
