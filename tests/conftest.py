@@ -49,21 +49,24 @@ def isolated(tmp_path, monkeypatch):
     code_image.own_tree_hash.cache_clear()
 
 
-@pytest.fixture(autouse=bool(os.environ.get("MLPS_CHECK_PARTS")))
-def validate_part_by_part(monkeypatch):
-    """MLPS_CHECK_PARTS=1 (`MLPS_CHECK_PARTS=1 make test`): every in-process validation of the
-    suite also runs its rules part by part, one system a part, and must find the same."""
+@pytest.fixture(autouse=bool(os.environ.get("MLPS_CHECK_WORKERS")))
+def validate_in_workers(monkeypatch):
+    """MLPS_CHECK_WORKERS=1 (`MLPS_CHECK_WORKERS=1 make test`): every in-process validation of
+    the suite also runs in forked workers, one system a share, and must find the same."""
     from mlpstorage_py import checker
+    from mlpstorage_py.checker import workers
 
     unwrapped = checker.validate
 
     def both_ways(*args, **kwargs):
-        asked = checker.PART_LEAVES  # run the other way first, then as the caller asked
-        checker.PART_LEAVES = 1 if asked > 1 else 10 ** 9
-        _, other = unwrapped(*args, **kwargs)
-        checker.PART_LEAVES = asked
+        asked = checker.POOL_MIN_LEAVES  # run the other way first, then as the caller asked
+        checker.POOL_MIN_LEAVES = 0 if asked else 10 ** 9
+        with monkeypatch.context() as m:
+            m.setattr(workers, "workers_here", lambda: 2)
+            _, other = unwrapped(*args, **kwargs)
+        checker.POOL_MIN_LEAVES = asked
         pkg, found = unwrapped(*args, **kwargs)
-        assert [f.as_dict() for f in other] == [f.as_dict() for f in found], "part by part differs"
+        assert [f.as_dict() for f in other] == [f.as_dict() for f in found], "workers differ"
         return pkg, found
 
     monkeypatch.setattr(checker, "validate", both_ways)

@@ -389,7 +389,7 @@ def test_counts_of_2_63_are_answered_without_building_them():
     from mlpstorage_py.checker.rules_kvcache_aggregate import lists_every_rank
 
     with memory_bound(1 << 30):
-        rec = SimpleNamespace(meta={}, summary={"num_accelerators": 8, "num_hosts": 2 ** 63})
+        rec = SimpleNamespace(metadata={}, summary={"num_accelerators": 8, "num_hosts": 2 ** 63})
         assert _per_host(rec) == (None, "nowhere")
         rec.summary["num_hosts"] = 2
         assert _per_host(rec) == ([4, 4], "summary.json num_accelerators / num_hosts")

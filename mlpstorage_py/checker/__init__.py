@@ -6,8 +6,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from mlpstorage_py import collector
-from mlpstorage_py.checker import runner
+from mlpstorage_py.checker import runner, workers
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
@@ -22,13 +21,20 @@ RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rul
                 rules_kvcache_aggregate, rules_kvcache_storage)
 
 
+# A package of POOL_MIN_LEAVES leaves or more is checked in forked workers where two cores are
+# free (checker.workers); a smaller one is not worth the forks.
+POOL_MIN_LEAVES = 1000
+
+
 def validate(root: Path, submitters: set[str] | None = None,
              reference: str | None = None) -> tuple[Package, list[Finding]]:
-    """Run every registered rule (checker.runner); a check that crashes is itself a finding."""
-    with collector.paused():
-        pkg = Package.load(root, submitters)
-        pkg.reference_digest = reference
-        found = runner.check_package(pkg, pkg.systems, list(RULES.values()))
+    """Run every registered rule, system by system (checker.runner), on every core for a large
+    package (checker.workers); a check that crashes is itself a finding, never a silent pass."""
+    pkg = Package.load(root, submitters)
+    pkg.reference_digest = reference
+    rules = list(RULES.values())
+    pool = workers.workers_here() if len(pkg.leaves) >= POOL_MIN_LEAVES else 0
+    found = workers.check(pkg, rules, pool) if pool > 1 else runner.check_package(pkg, pkg.systems, rules)
     return pkg, _in_order(pkg, found)
 
 

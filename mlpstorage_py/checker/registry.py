@@ -102,36 +102,19 @@ class Rule:
             return [self.invalid(unit.root if check.scope == PACKAGE else unit.path,
                                  f"checker error: {type(exc).__name__}: {exc}")]
 
-    # -- TRANSITION (issue 26): a rule still written over the whole package; goes with them.
-    def __call__(self, func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
-        self.checks.append(Check(PACKAGE, _documented(func)))
-        return func
-
-
-def _documented(func: Callable[[Any], Iterable[Finding]]) -> CheckFunc:
-    def check(rule: Rule, pkg: Any) -> Iterable[Finding]:
-        return func(pkg)
-    check.__doc__, check.__module__ = func.__doc__, func.__module__
-    return check
-
 
 RULES: dict[str, Rule] = {}
 # Rules that state definitions or permissions rather than checkable conditions: number -> why.
 NOT_APPLICABLE: dict[str, str] = {}
 
 
-def rule(number: str, name: str, parts: bool = False) -> Rule:
+def rule(number: str, name: str) -> Rule:
     """Register Rules `number` (`name` must match the rule index) and return it; its checks are
     added with Rule.check."""
     if number in RULES:
         raise ValueError(f"rule {number} registered twice")
     RULES[number] = Rule(number, name)
     return RULES[number]
-
-
-def finding(number: str, severity: str, path: Path | str, message: str) -> Finding:
-    """TRANSITION (issue 26): a finding named by number, for the rules not yet scoped."""
-    return RULES[number].finding(severity, path, message)
 
 
 def not_applicable(number: str, why: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlpstorage_py.checker.structure_helpers import as_int, as_number
+from mlpstorage_py.results.tree.values import as_int, as_number
 from mlpstorage_py.rules.tables import system_description
 
 

@@ -248,45 +248,6 @@ class Leaf:
             return self.name_time + (stop - start)
         return None
 
-    # -- TRANSITION (issue 26): the names the rules not yet scoped use; go with them.
-    @classmethod
-    def at(cls, path: Path) -> "Leaf":
-        """A leaf known by its path alone (its benchmark from the path's names)."""
-        names = path.parts
-        bench = next((n for n in names if n in layout.benchmarks()), "kv_cache")
-        at = len(names) - 1 - names[::-1].index(bench) if bench in names else len(names) - 1
-        return cls(path, "", "", "", bench, tuple(names[at + 1:-1]) or ("", ""))
-
-    @property
-    def meta(self) -> dict | None:
-        return self.metadata
-
-    @property
-    def meta_problem(self) -> str | None:
-        return self.problem("metadata")
-
-    @property
-    def meta_path(self) -> Path:
-        return self.path_of("metadata")
-
-    @property
-    def summary_problem(self) -> str | None:
-        return self.problem("summary")
-
-    @property
-    def summary_path(self) -> Path:
-        return self.path_of("summary")
-
-    @property
-    def summary_name(self) -> str | None:
-        found = self.record("summary").path
-        return found.name if found is not None else None
-
-    @property
-    def fs_separation(self) -> tuple[dict | None, str | None]:
-        found = self.record("fs_separation")
-        return found.value, ("missing" if found.missing else found.problem)
-
     def forget(self) -> None:
         """Drop what was read for this leaf; asked again, it is read again."""
         for name in ("_records", "_objects", "pointer", "workload_config", "utc_offset", "end_local"):
@@ -472,29 +433,3 @@ class Package:
                     data = sut
             self._descriptions[key] = (data, problem, path)
         return self._descriptions[key]
-
-    # -- TRANSITION (issue 26): what the rules not yet scoped ask of a package; goes with them.
-    opens = closes = True
-    whole = None
-
-    def includes(self, system_dir: Path) -> bool:
-        return True
-
-    @property
-    def system_dirs(self) -> list[tuple[Path, int]]:
-        return [(s.path, len(s.leaves)) for s in self.systems]
-
-    def leaf_at(self, path: Path) -> Leaf:
-        if "_at" not in self.__dict__:
-            self.__dict__["_at"] = {leaf.path: leaf for leaf in self.leaves}
-        return self.__dict__["_at"].get(path) or Leaf.at(path)
-
-    @functools.cached_property
-    def _index(self) -> dict[tuple[Path, str], list[Leaf]]:
-        index: dict[tuple[Path, str], list[Leaf]] = {}
-        for leaf in self.leaves:
-            index.setdefault((leaf.workload_dir, leaf.command), []).append(leaf)
-        return index
-
-    def in_workload(self, workload: Path, command: str) -> list[Leaf]:
-        return self._index.get((workload, command), [])

@@ -1,0 +1,153 @@
+"""validate walks the package system by system (checker.runner), releasing each system's
+readings once its checks are done, and a large package's systems in forked workers
+(checker.workers). These tests hold both to what they promise: a system's readings are gone
+before the next system is read, and workers (alive, dying, hanging or never started) find
+exactly what one process finds, in the same order, on the real corpus and on a package of
+three systems in two organizations, pristine and mutated by the fuzzer's mutations."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import synthetic
+import synthetic_families
+from conftest import REALDATA
+from test_fuzz_checker import KINDS, make_outside, mutate
+
+from mlpstorage_py import checker
+from mlpstorage_py.checker import runner, workers
+from mlpstorage_py.checker.registry import PACKAGE, SYSTEM, Rule
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Package, System
+
+FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")
+LEAF_PATH = re.compile(r"/results/.*/\d{8}_\d{6}(/|$)")
+
+
+def findings(root: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> list[dict]:
+    """validate's findings in this process, or in two forked workers (even on one core)."""
+    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 0 if pooled else 10 ** 9)
+    monkeypatch.setattr(workers, "workers_here", lambda: 2)
+    return [f.as_dict() for f in checker.validate(root)[1]]
+
+
+@pytest.fixture(scope="module")
+def three_systems(tmp_path_factory) -> Path:
+    """closed/Acme with systems sys1 and sys2, open/Beta with sys3, all four families each."""
+    with synthetic_families.registered():
+        root = tmp_path_factory.mktemp("systems") / "pkg"
+        shutil.copytree(synthetic.pristine(families=FAMILIES), root, symlinks=True)
+        for division, org, system in (("closed", "Acme", "sys2"), ("open", "Beta", "sys3")):
+            other = synthetic.pristine(families=FAMILIES, division=division, org=org, system=system)
+            for part in ("results", "systems"):
+                shutil.copytree(other / division / org / part, root / division / org / part, dirs_exist_ok=True)
+        synthetic.regenerate(root)
+    return root
+
+
+def read_below_leaves() -> set[str]:
+    return {key for cache in (files._contents, files._json, files._listings) for key in cache if LEAF_PATH.search(key)}
+
+
+def test_shares_hold_whole_systems_in_order(three_systems):
+    pkg = Package.load(three_systems)
+    assert [s.name for s in pkg.systems] == ["sys1", "sys2", "sys3"] and all(s.leaves for s in pkg.systems)
+    for count in (1, 2, 3, 12):
+        parts = workers.shares(pkg.systems, count)
+        assert [s for share in parts for s in share] == pkg.systems  # every system once, in order
+        assert all(parts) and len(parts) <= count
+    assert [[s.name for s in share] for share in workers.shares(pkg.systems, 3)] == [["sys1"], ["sys2"], ["sys3"]]
+
+
+def test_each_system_is_released_before_the_next_is_read(three_systems):
+    """A system check sees only its own system's readings: the one before it released them."""
+    pkg = Package.load(three_systems)
+    seen: list[tuple[str, set[str]]] = []
+    probe = Rule("TEST-1", "probe")
+
+    @probe.check(SYSTEM)
+    def held(r: Rule, system: System):
+        list(checker.RULES["LEAF-01"].checks[0].func(checker.RULES["LEAF-01"], system.leaves[0]))  # read a leaf
+        seen.append((str(system.path), read_below_leaves()))
+        return ()
+
+    runner.check_package(pkg, pkg.systems, [probe])
+    assert [path.rsplit("/", 1)[1] for path, _ in seen] == ["sys1", "sys2", "sys3"]
+    for path, held_now in seen:
+        assert held_now and all(key.startswith(path + "/") for key in held_now), path
+    assert read_below_leaves() == set()  # the last one too
+
+
+def test_notes_reach_the_package_check_in_system_order(three_systems, monkeypatch):
+    """What a rule's system checks note, its package check reads, in system order, in one
+    process or from workers."""
+    said: list[list[str]] = []
+    probe = Rule("TEST-2", "notes")
+
+    @probe.check(SYSTEM)
+    def note(r: Rule, system: System):
+        r.note(system.package, system.name)
+        return ()
+
+    @probe.check(PACKAGE)
+    def read(r: Rule, pkg: Package):
+        said.append(list(r.notes(pkg)))
+        return ()
+
+    pkg = Package.load(three_systems)
+    runner.check_package(pkg, pkg.systems, [probe])
+    pkg = Package.load(three_systems)
+    workers.check(pkg, [probe], 2)
+    assert said == [["sys1", "sys2", "sys3"]] * 2
+
+
+def test_workers_find_what_one_process_finds(three_systems, monkeypatch):
+    """A worker that dies, hangs past its deadline or cannot be started changes nothing: its
+    share is walked in the validating process."""
+    alone = findings(three_systems, monkeypatch, pooled=False)
+    assert all(any(f"/results/{system}/" in f["path"] for f in alone) for system in ("sys1", "sys2", "sys3"))
+    started = []
+    start = workers._start
+    monkeypatch.setattr(workers, "_start", lambda *a: started.append(a[2]) or start(*a))
+    assert findings(three_systems, monkeypatch, pooled=True) == alone
+    assert [s.name for share in started[-3:] for s in share] == ["sys1", "sys2", "sys3"]
+    monkeypatch.setattr(workers, "_work", lambda *a: os._exit(1))
+    assert findings(three_systems, monkeypatch, pooled=True) == alone
+    monkeypatch.setattr(workers, "TASK_DEADLINE_S", 0.5)
+    monkeypatch.setattr(workers, "_work", lambda *a: time.sleep(60))  # workers that hang
+    began = time.monotonic()
+    assert findings(three_systems, monkeypatch, pooled=True) == alone
+    assert time.monotonic() - began < 45  # each ended at its deadline, two at a time
+    monkeypatch.setattr(workers, "_start", lambda *a: None)
+    assert findings(three_systems, monkeypatch, pooled=True) == alone
+
+
+@pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
+def test_workers_on_the_real_corpus(monkeypatch):
+    alone = findings(REALDATA.resolve(), monkeypatch, pooled=False)
+    assert len(alone) > 100 and findings(REALDATA.resolve(), monkeypatch, pooled=True) == alone
+
+
+@settings(max_examples=25, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(cases=st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 10 ** 6), st.integers(0, 2 ** 32)),
+                      min_size=1, max_size=4))
+def test_workers_on_mutated_packages(three_systems, tmp_path_factory, cases):
+    work = tmp_path_factory.mktemp("mutated")
+    root = work / "pkg"
+    shutil.copytree(three_systems, root, symlinks=True)
+    outside = make_outside(work)
+    for kind, index, seed in cases:
+        mutate(root, outside, kind, index, random.Random(seed))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        alone = findings(root, monkeypatch, pooled=False)
+        pooled = findings(root, monkeypatch, pooled=True)
+    shutil.rmtree(work, ignore_errors=True)
+    assert pooled == alone, cases
