@@ -12,6 +12,7 @@ the package checks, which read listings and descriptions only.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
 from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
-from mlpstorage_py.checker.registry import INVALID, LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
+from mlpstorage_py.checker.registry import LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.system_schema import description_shape
 from mlpstorage_py.results.leaf import NAME_PATTERN
@@ -91,6 +92,7 @@ def _strays(directory: Path, skip: frozenset[str] = frozenset()) -> Iterator[Pat
 
 
 def _stray_findings(r: Rule, strays: Iterable[Path]) -> Iterator[Finding]:
+    """1.1 INVALIDs for links and special files, each named for what it is (a link by its target)."""
     for link in strays:
         if not link.is_symlink():
             yield r.invalid(link, "a special file (FIFO, socket or device): mlpstorage writes none, "
@@ -362,14 +364,16 @@ def recorded_system(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 
 def _written_under(path: Any, leaf: Leaf) -> tuple[str, str] | None:
-    """(org, system) of the <division>/<org>/results/<system>/ part of a path a run was written to."""
-    parts = Path(path).parts if isinstance(path, str) else ()
+    """(org, system) of the <division>/<org>/results/<system>/ part of a path a run was written to
+    (its names as Path.parts has them, without making a Path: every leaf is asked)."""
+    parts = [name for name in path.split("/") if name not in ("", ".")] if isinstance(path, str) else []
     for i in range(len(parts) - 4, -1, -1):
         if parts[i] == leaf.division and parts[i + 2] == "results":
             return parts[i + 1], parts[i + 3]
     return None
 
 
+@functools.lru_cache(maxsize=1)  # 2.1.4 and 2.1.8 ask in turn of each leaf: read once
 def _recorded_names(leaf: Leaf) -> tuple[dict[str, str], dict[str, str]]:
     """({source: org}, {source: system}) the run recorded: its metadata's args.systemname and
     result_dir, and Hydra's run.dir in dlio_config/hydra.yaml, which the reference writes for
