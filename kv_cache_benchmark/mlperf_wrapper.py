@@ -13,7 +13,7 @@ rank) and the rank's private paths, and runs kv-cache.py in its own process (wit
 
 Every workload argument after the wrapper's own is forwarded verbatim; the wrapper encodes
 no workload parameters. With `--libraries DIR` (mlpstorage passes it), the rank records in DIR,
-once kv-cache.py is done, the library versions it imported (mlpstorage_py/launch/libraries.py
+once kv-cache.py is done, the library versions it imported (mlpstorage_py/results/libraries.py
 of the source tree this file belongs to). `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
 visible with that content on this rank's host (the shared results directory check, 6.3.3.4) and
 prints one `MLPS-KVCACHE-PROBE {json}` line (rank, hostname, path, visible, detail), then exits 0.
@@ -137,7 +137,7 @@ def report_libraries(directory: str, rank: int) -> None:
     """The rank's imported library versions, by mlpstorage's recorder (beside this directory)."""
     if str(HERE.parent) not in sys.path:
         sys.path.append(str(HERE.parent))
-    from mlpstorage_py.launch import libraries
+    from mlpstorage_py.results import libraries
 
     libraries.report(directory, rank)
 

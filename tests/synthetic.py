@@ -44,7 +44,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.training import sizing
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.report import reportgen

@@ -12,6 +12,7 @@ import pytest
 
 from mlpstorage_py import __version__
 from mlpstorage_py.results import code_image
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.code_image import CodeImageError, capture, parse_pointer, pointer_text, tree_files, tree_hash
 
 # Files the hash must cover. Full-path UTF-8 byte order puts "a.txt" (0x2E) < "a/x.py" (0x2F)
@@ -179,7 +180,7 @@ def test_capture_refuses_an_image_recording_another_hash(tree, tmp_path):
 
 
 def test_source_root_is_the_checkout_with_configs():
-    root = code_image.source_root()
+    root = source_root()
     assert (root / "pyproject.toml").is_file()
     assert (root / "configs" / "dlio" / "workload" / "unet3d_b200.yaml") .is_file()
     files = tree_files(root)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mlpstorage_py.benchmarks import dlio, workloads
+from mlpstorage_py.benchmarks import dlio
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.errors import BenchmarkFailed
 
 

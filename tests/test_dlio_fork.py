@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import all_leaves, assert_no_secret
-from mlpstorage_py.benchmarks import dlio, dlio_checkpointing, dlio_engine, workloads
+from mlpstorage_py.benchmarks import dlio, dlio_checkpointing, dlio_engine
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.errors import NotAvailable, UsageError
 
 FORK_BIN = os.environ.get("MLPSTORAGE_DLIO_BIN_PATH")  # read before the fixtures clear it

@@ -1,4 +1,4 @@
-"""Library versions as the ranks imported them (launch/libraries.py): the record each rank
+"""Library versions as the ranks imported them (results/libraries.py): the record each rank
 writes, the per-host grouping the leaf keeps, and validate judging those (EDN-03, EDN-05,
 EDN-06) instead of the launcher's environment; leaves written before keep their old verdicts."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker.registry import RULES, WARNING
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 from mlpstorage_py.rules import tables
 from synthetic import edit_json, fresh, leaves_of, workload  # noqa: F401
 
@@ -24,7 +24,7 @@ FORK_COMMIT = "f6796ed281e39ccc83a450e2b1f21b9c909d8fd0"
 
 
 def _report_in_child(directory: Path, imports: str, rank: str, env: dict[str, str] | None = None) -> None:
-    code = f"import {imports}; from mlpstorage_py.launch import libraries; libraries.report({str(directory)!r})"
+    code = f"import {imports}; from mlpstorage_py.results import libraries; libraries.report({str(directory)!r})"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={**os.environ, "OMPI_COMM_WORLD_RANK": rank, **(env or {})})
 
@@ -61,7 +61,7 @@ def test_the_version_comes_from_the_distribution_beside_the_loaded_module(tmp_pa
             (site / "dlio_benchmark").mkdir()
             (site / "dlio_benchmark" / "__init__.py").write_text("")
     code = ("import sys, json; sys.path[:0] = sys.argv[1:]; import dlio_benchmark, importlib.metadata as m;"
-            "from mlpstorage_py.launch import libraries;"
+            "from mlpstorage_py.results import libraries;"
             "print(json.dumps([m.version('dlio-benchmark'), libraries.imported()['dlio_benchmark']]))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "stray"), str(tmp_path / "site")],
                          capture_output=True, text=True, check=True, timeout=60).stdout

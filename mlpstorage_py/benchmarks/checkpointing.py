@@ -15,13 +15,15 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__, progress
-from mlpstorage_py.benchmarks import dlio_checkpointing, workloads
+from mlpstorage_py.benchmarks import dlio_checkpointing
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.checkpoint import engine as checkpoint_engine
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
-from mlpstorage_py.launch import hostinfo, libraries
+from mlpstorage_py.launch import hostinfo
+from mlpstorage_py.results import libraries
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command

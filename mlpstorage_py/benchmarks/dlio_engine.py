@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.benchmarks import workloads
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.errors import NotAvailable, TimeoutExpired, UsageError
-from mlpstorage_py.results.code_image import source_root
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.provenance import stamp_from_metadata
 
 DIST = "dlio-benchmark"

@@ -10,7 +10,7 @@ DLIO's own main, unchanged in what it measures, with three things around it:
   fork (3.0.x) loaded: the reference tool's `mlpstorage_py.checkpointing.StreamingCheckpointing`
   (which our package does not provide) or the fork's own fallback writer;
 - `--libraries DIR`: once DLIO has finished (or failed), every rank records the DLIO, s3dlio,
-  torch, numpy and mpi4py it imported (launch/libraries.py): the engine's environment, which
+  torch, numpy and mpi4py it imported (results/libraries.py): the engine's environment, which
   may not be the launcher's;
 - any rank's uncaught exception (Hydra turns one into exit 1) aborts the whole MPI job at once,
   after printing the traceback: a rank that fails must not leave the others waiting forever in
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> None:
 def _finish(opts: argparse.Namespace, rank: int, ok: bool) -> None:
     """What a rank records once DLIO is done: its libraries always, the writer on success."""
     if opts.libraries:
-        from mlpstorage_py.launch import libraries
+        from mlpstorage_py.results import libraries
 
         libraries.report(opts.libraries)
     if ok and opts.writer_record:

@@ -29,19 +29,20 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__, progress
-from mlpstorage_py.benchmarks import kvcache_hosts, workloads
+from mlpstorage_py.benchmarks import kvcache_hosts
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
                                   PermissionDenied, TimeoutExpired, UsageError)
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.process import error_line
 from mlpstorage_py.results import fs_probe
-from mlpstorage_py.results.code_image import source_root
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker, kvcache_options

@@ -15,7 +15,8 @@ from typing import Any
 
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
-from mlpstorage_py.launch import hostinfo, libraries, mpi, preflight
+from mlpstorage_py.launch import hostinfo, mpi, preflight
+from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import atomic_write_text, iso_from_epoch, write_json

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__, progress
-from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, workloads
+from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, missing_directory
 from mlpstorage_py.launch import hostinfo

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import progress
-from mlpstorage_py.benchmarks import vectordb_run, workloads
+from mlpstorage_py.benchmarks import vectordb_run
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.launch.mpi import MpiOptions

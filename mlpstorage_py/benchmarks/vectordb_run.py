@@ -17,7 +17,7 @@ from typing import Any
 
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.rules.tables import checker

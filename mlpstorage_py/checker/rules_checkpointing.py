@@ -222,7 +222,7 @@ _REFERENCES: dict[str, dict | None] = {}
 
 def _reference(model: str) -> dict | None:
     if model not in _REFERENCES:
-        from mlpstorage_py.benchmarks import workloads
+        from mlpstorage_py.rules import configs as workloads
 
         try:
             _REFERENCES[model] = workloads.checkpointing(model)

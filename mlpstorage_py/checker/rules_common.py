@@ -14,8 +14,9 @@ from typing import Callable, Iterable
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import TIMESTAMP, Leaf, Package, Result, System
 from mlpstorage_py.checker.registry import INVALID, INFO, LEAF, PACKAGE, RESULT, SYSTEM, Finding, Rule, rule
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.rules import tables
 
 
@@ -88,7 +89,7 @@ def code_images(r: Rule, pkg: Package) -> Iterable[Finding]:
 @functools.cache
 def reference_digests(edition: str) -> list[str]:
     """Published reference digests of the sanctioned release (code-images/reference-digests.yaml)."""
-    path = code_image.source_root() / "code-images" / "reference-digests.yaml"
+    path = source_root() / "code-images" / "reference-digests.yaml"
     if not path.is_file():
         return []
     table = files.yaml_or_unreadable(path) or {}
@@ -251,7 +252,7 @@ def comparability_class(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 
 def _hosts(stamp: dict) -> list[dict]:
-    """The per-host records of what the ranks imported (launch/libraries.py); [] for a leaf
+    """The per-host records of what the ranks imported (results/libraries.py); [] for a leaf
     written before they were recorded, whose launcher-side fields are then judged."""
     return libraries.host_entries(stamp.get("libraries"))
 

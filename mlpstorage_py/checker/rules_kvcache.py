@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.registry import not_applicable
-from mlpstorage_py.results.code_image import source_root
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig

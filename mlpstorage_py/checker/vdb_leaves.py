@@ -262,7 +262,7 @@ def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
 def _configured_scales() -> tuple[tuple[int, int], ...]:
     """configs/vectordb/default.yaml's sanctioned_scales, read once (every run asks)."""
     try:
-        from mlpstorage_py.benchmarks.workloads import configs_dir
+        from mlpstorage_py.rules.configs import configs_dir
 
         path = configs_dir() / "vectordb" / "default.yaml"
         scales = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})[FAMILY].get("sanctioned_scales")

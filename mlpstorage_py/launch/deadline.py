@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.results.code_image import source_root
+from mlpstorage_py.rules.configs import source_root
 
 MIB = 2 ** 20
 

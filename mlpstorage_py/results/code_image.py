@@ -16,6 +16,7 @@ from typing import Iterator
 from mlpstorage_py import __version__
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.rules.configs import source_root
 
 ALGORITHM = "md5-tree-v2"
 POINTER_FILE = ".mlps-code-image"
@@ -72,13 +73,6 @@ def tree_hash(root: Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def source_root() -> Path:
-    """The tool's own source tree: the checkout holding pyproject.toml, else the package."""
-    package = Path(__file__).resolve().parent.parent
-    checkout = package.parent
-    return checkout if (checkout / "pyproject.toml").is_file() else package
 
 
 def git_sha(root: Path) -> str | None:

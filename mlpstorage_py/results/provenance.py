@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
-from mlpstorage_py.launch import libraries
-from mlpstorage_py.results.code_image import git_sha, pointer_text, source_root
+from mlpstorage_py.results import libraries
+from mlpstorage_py.results.code_image import git_sha, pointer_text
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.rules.core_config import core_config
 
@@ -49,7 +50,7 @@ def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str |
     is the (stamp, tag) of the DLIO that ran when the benchmark chose one (--dlio-bin-path,
     checkpointing's --engine dlio); `engine_identity` is what the run printed as its engine
     (name, version, path, origin); `rank_libraries` the per-host records of what the ranks
-    imported (launch/libraries.collect), which also give storage_library its version when
+    imported (results/libraries.collect), which also give storage_library its version when
     every host imported the same one."""
     if dlio_engine is not None:
         dlio, dlio_tag = dlio_engine

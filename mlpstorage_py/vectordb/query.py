@@ -7,7 +7,7 @@ query set, cycling; worker w issues batches w, w+P, w+2P, ... so the same seed a
 issue the same queries in the same batches every time. A worker times every search call
 (perf_counter around the call), keeps the first result list of each query index for recall,
 and writes its batch timings to the leaf, then records the libraries it imported
-(launch/libraries.py).
+(results/libraries.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 
 CSV_HEADER = "batch,first_query,batch_size,start_s,latency_ms,ok\n"
 

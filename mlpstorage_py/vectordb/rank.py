@@ -10,7 +10,7 @@ ranks connect and run one untimed warm-up batch, then meet at a barrier; each ti
 from the barrier on its own monotonic clock (no cross-host clock comparison). Each writes
 vectordb_rank_<r>.json into the leaf with its hostname, its raw per-batch latencies and the
 first result list of each query index it issued; the parent aggregates (clients.aggregate).
-It then records the libraries it imported (launch/libraries.py) in the leaf's rank_libraries/.
+It then records the libraries it imported (results/libraries.py) in the leaf's rank_libraries/.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.launch import libraries
+from mlpstorage_py.results import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
 

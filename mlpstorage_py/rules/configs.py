@@ -1,4 +1,5 @@
-"""Workload definitions from configs/: the edition-spelled parameters a run starts from."""
+"""The tool's own configs/: the edition-spelled workload definitions a run starts from, and the
+other tables there, read by the benchmarks and the checker alike."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 import yaml
 
 from mlpstorage_py.errors import NotFoundError, UsageError
-from mlpstorage_py.results.code_image import source_root
+
+
+def source_root() -> Path:
+    """The tool's own source tree: the checkout holding pyproject.toml, else the package."""
+    package = Path(__file__).resolve().parent.parent
+    checkout = package.parent
+    return checkout if (checkout / "pyproject.toml").is_file() else package
 
 
 def configs_dir() -> Path:

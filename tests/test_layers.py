@@ -1,0 +1,54 @@
+"""The package's layers kept by contract (.importlinter, the architecture's picture) and no dead
+code (vulture): both run here so a change that breaks either fails the suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+# vulture reports names it cannot see used at 60 % confidence and up: unused functions,
+# classes, methods, attributes and variables (100 % for unreachable code and unused arguments).
+VULTURE_CONFIDENCE = 60
+
+
+def _tool(name: str) -> Path:
+    path = BIN / name
+    if not path.is_file():
+        pytest.skip(f"{name} is not installed in this environment (requirements-test.txt has it)")
+    return path
+
+
+def test_imports_follow_the_layers():
+    """Every contract in .importlinter holds: lint-imports exits 0 and says so."""
+    done = subprocess.run([str(_tool("lint-imports")), "--config", str(ROOT / ".importlinter"), "--no-cache"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_no_dead_code():
+    """vulture finds no unused code in the package, the KV cache benchmark, the tests or the
+    benches, beyond the names tests/vulture_allowlist.py lists (each used only by a framework
+    or an entry point that calls it by name)."""
+    done = subprocess.run([str(_tool("vulture")), "mlpstorage_py", "kv_cache_benchmark", "tests", "bench",
+                           "tests/vulture_allowlist.py", "--min-confidence", str(VULTURE_CONFIDENCE),
+                           "--ignore-decorators", "@*.check"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_readme_layout_matches_the_contract():
+    """README's layout table names every layer of .importlinter, in the contract's order."""
+    contract = (ROOT / ".importlinter").read_text()
+    layers = contract.split("layers =", 1)[1].split("\n\n", 1)[0].split()
+    rooms = [name.removeprefix("mlpstorage_py.") for name in layers if name.startswith("mlpstorage_py.")]
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("<!-- layers -->", 2)[1]
+    positions = [table.find(f"`{room}`") for room in rooms]
+    assert -1 not in positions, [room for room, at in zip(rooms, positions) if at == -1]
+    assert positions == sorted(positions), "README's layout table lists the layers out of the contract's order"
