@@ -3,18 +3,34 @@ record of the results tree, and the loops, each one pass of the lifecycle (bench
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from typing import Any, Callable
 
 from mlpstorage_py.errors import NotAvailable
 
-# Benchmark name on the command line -> "module:Class" (imported only when used).
-BENCHMARKS = {
-    "training": "mlpstorage_py.benchmarks.training:TrainingBenchmark",
-    "checkpointing": "mlpstorage_py.benchmarks.checkpointing:CheckpointingBenchmark",
-    "vectordb": "mlpstorage_py.benchmarks.vectordb:VectorDBBenchmark",
-    "kvcache": "mlpstorage_py.benchmarks.kvcache:KVCacheBenchmark",
-}
+
+def _training() -> type:
+    from mlpstorage_py.benchmarks.training import TrainingBenchmark
+    return TrainingBenchmark
+
+
+def _checkpointing() -> type:
+    from mlpstorage_py.benchmarks.checkpointing import CheckpointingBenchmark
+    return CheckpointingBenchmark
+
+
+def _vectordb() -> type:
+    from mlpstorage_py.benchmarks.vectordb import VectorDBBenchmark
+    return VectorDBBenchmark
+
+
+def _kvcache() -> type:
+    from mlpstorage_py.benchmarks.kvcache import KVCacheBenchmark
+    return KVCacheBenchmark
+
+
+# Benchmark name on the command line -> its class, imported only when used.
+BENCHMARKS: dict[str, Callable[[], type]] = {"training": _training, "checkpointing": _checkpointing,
+                                             "vectordb": _vectordb, "kvcache": _kvcache}
 # Benchmarks whose data can live in an S3 bucket (the `object` storage positional, via s3dlio).
 OBJECT_BENCHMARKS = ("training", "checkpointing")
 
@@ -28,11 +44,10 @@ def run_benchmark(args: dict[str, Any], argv: list[str], started: float) -> int:
     name = args["_benchmark"]
     if args.get("storage") == "object" and name not in OBJECT_BENCHMARKS:
         raise NotAvailable(f"object storage for {name} is not part of this build; object runs are training and checkpointing")
-    module, _, cls = BENCHMARKS[name].partition(":")
     try:
-        benchmark_class = getattr(importlib.import_module(module), cls)
+        benchmark_class = BENCHMARKS[name]()
     except ModuleNotFoundError as exc:
-        if exc.name != module:
+        if exc.name != f"mlpstorage_py.benchmarks.{name}":
             raise
         raise NotAvailable(f"the {name} benchmark's engine is not part of this build yet") from None
     args["_started_at"] = started

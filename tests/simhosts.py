@@ -136,20 +136,6 @@ class SimCluster:
         assert pid, f"no sshd pid for {name}"
         os.kill(pid, signal.SIGSTOP)
 
-    def hang(self, name: str) -> list[int]:
-        """The whole host stops answering mid-run: every process in it is stopped (SIGSTOP)."""
-        pids = self.host(name).pids()
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        return pids
-
-    def resume(self, pids: list[int]) -> None:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
     def thaw(self, name: str) -> None:
         pid = self.host(name).sshd_pid()
         if pid:

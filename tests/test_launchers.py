@@ -19,7 +19,6 @@ from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from simslurm import slurm_cluster, _slurm_session  # noqa: F401  (fixtures)
 
 from mlpstorage_py.errors import BenchmarkFailed
-from mlpstorage_py.launch import launchers
 from mlpstorage_py.launch.launchers import classify, first_error_line
 from mlpstorage_py.launch.mpi import MpiOptions, mpi_bin_arg, mpi_command
 from mlpstorage_py.launch.process import require_success, run_logged

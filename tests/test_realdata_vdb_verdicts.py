@@ -33,7 +33,6 @@ SAM_GENS = ("20260721_015238", "20260721_093417")
 S_531 = "there must be exactly five <datetime> timestamp directories, each containing a summary.json"
 S_541 = "(--results-dir) must both be set and must be different"
 S_542 = "The submission validator must find those entries in the run's logfile and verify that they are different filesystems"
-S_522 = "The submission validator must confirm an index-build / compaction record is present in the load output"
 
 
 def _entry(result, phase, leaf, rule, severity, kind, why):
@@ -60,7 +59,7 @@ def _review() -> dict:
     add("SAMSUNG", "datagen", "20260721_015238", "5.4.2", INVALID, "artefact", ["vector_database_datagen.stderr.log"])
     add("SAMSUNG", "datagen", "20260721_093417", "5.4.2", INVALID, "artefact",
         ["vector_database_datagen.stdout.log", "vector_database_datagen.stderr.log"])
-    # 5.2.2 makes the record mandatory (S_522); the log that could hold it is absent from the corpus
+    # 5.2.2 makes the record mandatory (Rules 5.2.2: the validator must confirm an index-build / compaction record in the load output); the log that could hold it is absent from the corpus
     add("SAMSUNG", "datagen", "20260721_015238", "5.2.2", INVALID, "artefact", ["summary.json", "vector_database_datagen.stderr.log"])
     add("SAMSUNG", "datagen", "20260721_093417", "5.2.2", INVALID, "artefact",
         ["summary.json", "vector_database_datagen.stdout.log", "vector_database_datagen.stderr.log"])
@@ -76,7 +75,7 @@ def _review() -> dict:
         add("SAMSUNG", "run", leaf, "5.3.4", WARNING, "artefact", ["summary.json", "statistics.json"])
 
     # --- TTA (summary.json only) -------------------------------------------------------------------
-    add("TTA", "datagen", "20260715_202501", "5.2.2", INVALID, "artefact", ["*.log"])  # S_522; the summary has no index_build
+    add("TTA", "datagen", "20260715_202501", "5.2.2", INVALID, "artefact", ["*.log"])  # 5.2.2; the summary has no index_build
     for phase, leaf in [("datagen", "20260715_202501")] + [("run", r) for r in TTA_RUNS]:
         add("TTA", phase, leaf, "5.4.2", INVALID, "artefact", ["*.log", "fs_separation.json"])
         add("TTA", phase, leaf, "5.4.1", WARNING, "artefact", ["*_metadata.json", "config.json"])

@@ -33,12 +33,9 @@ RESULTS = {
     "SAMSUNG DISKANN": "closed/SAMSUNG/results/MEMORY_AE/vector_database/milvus/DISKANN",
     "TTA DISKANN": "closed/TTA/results/seahorse-storage/vector_database/milvus/DISKANN",
 }
-S_216 = ('Every run leaf ... contains a ".mlps-code-image" file ...; For every "code-" directory in a pool, the tree '
-         'hash recomputed over its contents must equal the recorded "hash"')
 A_POINTER = "the leaves' .mlps-code-image (one per leaf; the corpus kept two, both TTA's)"
 A_FILES = "the leaf's logs (stdout/stderr, dlio.log), *output.json and, where absent, *per_epoch_stats.json"
 A_CONFIG = "dlio_config files whose bytes repeat another leaf's (kept once per workload)"
-A_METADATA = "the run's *_metadata.json (most are not in the corpus)"
 S_433_434 = ("The run's accelerator is the accelerator recorded in its *_metadata.json. A run whose product is below its "
              "checkpoint size, whose metadata records no accelerator, or whose accelerator is not in Table 3 is INVALID.")
 

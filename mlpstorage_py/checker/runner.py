@@ -20,11 +20,14 @@ def by_scope(rules: list[Rule]) -> Checks:
 def check_system(system: System, checks: Checks, found: Found) -> None:
     """Every leaf, result and system check on one system, its readings released after."""
     since = files.mark()
+    offered: dict[tuple[str, str], list[tuple[Rule, Check]]] = {}  # the leaf checks a phase wants
     for result in system.results:
         for leaf in result.leaves:
-            for rule, check in checks[LEAF]:
-                if check.wants(leaf):
-                    found[rule.number].extend(rule.run(check, leaf))
+            key = (leaf.benchmark, leaf.command)
+            if key not in offered:
+                offered[key] = [(rule, check) for rule, check in checks[LEAF] if check.wants(leaf)]
+            for rule, check in offered[key]:
+                found[rule.number].extend(rule.run(check, leaf))
         for rule, check in checks[RESULT]:
             if check.benchmark is None or check.benchmark == result.benchmark:
                 found[rule.number].extend(rule.run(check, result))
