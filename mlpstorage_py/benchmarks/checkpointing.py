@@ -28,6 +28,7 @@ from mlpstorage_py.launch.deadline import job_deadline
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 
@@ -45,7 +46,7 @@ class CheckpointingBenchmark(Benchmark):
     engine = ENGINE
 
     def leaf_tail(self) -> Path:
-        return Path("checkpointing") / self.request.model
+        return layout.leaf_tail("checkpointing", model=self.request.model)
 
     def plan(self) -> Plan:
         req = self.request

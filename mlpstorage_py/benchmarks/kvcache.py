@@ -45,6 +45,7 @@ from mlpstorage_py.results import fs_probe
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import checker, kvcache_options
 
 ENGINE = "kv-cache.py"
@@ -198,7 +199,7 @@ class KVCacheBenchmark(Benchmark):
         self.table = option_table()
 
     def leaf_tail(self) -> Path:
-        return Path("kv_cache") / self.request.model / self.request.command
+        return layout.leaf_tail("kv_cache", model=self.request.model, command=self.request.command)
 
     def wrapper_path(self) -> Path:
         path = source_root() / "kv_cache_benchmark" / "mlperf_wrapper.py"

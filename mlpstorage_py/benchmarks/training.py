@@ -24,6 +24,7 @@ from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
 from mlpstorage_py.results.io import read_json, utc_now, write_json
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 
@@ -91,7 +92,7 @@ class TrainingBenchmark(Benchmark):
     family = "training"
 
     def leaf_tail(self) -> Path:
-        return Path("training") / self.request.model / self.request.command
+        return layout.leaf_tail("training", model=self.request.model, command=self.request.command)
 
     # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:

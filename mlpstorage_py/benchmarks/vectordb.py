@@ -24,6 +24,7 @@ from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefuse
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import workloads as rules_workloads
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
 
@@ -95,7 +96,7 @@ class VectorDBBenchmark(Benchmark):
 
     def leaf_tail(self) -> Path:
         req = self.request
-        return Path("vector_database") / req.arg("vdb_engine", "milvus") / req.model / req.command
+        return layout.leaf_tail("vector_database", engine=req.arg("vdb_engine", "milvus"), model=req.model, command=req.command)
 
     # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:
