@@ -15,11 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import judged, sanctioned
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, WARNING, Finding, Rule, rule
 from mlpstorage_py.results.tree.files import load_json
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, as_number, dig, parse_time
-from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical
 
 # Numbers the rules text states that the editions checker block does not (yet) carry.
@@ -38,28 +38,11 @@ FIGURES = {  # results.csv column -> (phase, summary metric)  (4.3.6)
 DLIO_ENGINE = "dlio_benchmark "
 
 
-# --- which workloads the checker judges ----------------------------------------------------
-
-def sanctioned(unit: Leaf | Result) -> dict[str, list]:
-    """{model: [accelerators]} the unit's edition sanctions for checkpointing in its division."""
-    pkg = unit.package if isinstance(unit, Leaf) else unit.system.package
-    return (tables.edition(pkg.edition_of(unit.division, unit.org)).get(unit.division) or {}).get("checkpointing") or {}
-
-
-def judged(unit: Leaf | Result) -> dict | None:
-    """The edition's checker block when the checker judges the unit's workload, else None: a
-    checkable edition that sanctions its model, in a system directory that is not dot-prefixed
-    (a workload of any other name is 2.1.11's and 2.1.21's alone)."""
-    pkg, system = (unit.package, unit.system) if isinstance(unit, Leaf) else (unit.system.package, unit.system.name)
-    block = tables.checker(pkg.edition_of(unit.division, unit.org))
-    if not block or system.startswith(".") or unit.model not in sanctioned(unit):
-        return None
-    return block
-
+# --- which workloads the checker judges (judging.judged) -----------------------------------
 
 def invocations(result: Result) -> list[Leaf]:
     """A judged checkpointing result's leaves in name (time) order; none for any other result."""
-    if not result.leaves or judged(result) is None:
+    if not result.leaves or not judged(result):
         return []
     return sorted(result.leaves, key=lambda leaf: leaf.path.name)
 
@@ -235,7 +218,7 @@ def _reference(model: str) -> dict | None:
 def data_size_ratio(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Checkpoint data per host is more than 3x one host's memory (else a warning)."""
     block = judged(leaf)
-    if block is None:
+    if not block:
         return
     size, hosts = _size_gib(leaf), as_int(dig(leaf.summary, "num_hosts"))
     memory = dig(leaf.summary, "host_memory_GB")
@@ -255,7 +238,7 @@ def data_size_ratio(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 @rule("4.3.2", "checkpointFsyncVerification").check(LEAF, benchmark="checkpointing")
 def fsync(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Every run's recorded configuration has checkpoint.fsync true."""
-    if judged(leaf) is None:
+    if not judged(leaf):
         return
     sources = (("parameters", lambda: dig(leaf.metadata, "parameters", "checkpoint", "fsync")),
                ("yaml_params", lambda: dig(leaf.metadata, "yaml_params", "checkpoint", "fsync")),
@@ -274,9 +257,9 @@ def fsync(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 @rule("4.3.3", "checkpointModelConfigurationReq").check(LEAF, benchmark="checkpointing")
 def model_configuration(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """args.model names a Table 2 model the edition lists, and the run sits under that model."""
-    if judged(leaf) is None:
+    if not judged(leaf):
         return
-    allowed = sorted(sanctioned(leaf))
+    allowed = sorted(sanctioned(leaf, "checkpointing"))
     meta, meta_path = leaf.metadata, leaf.path_of("metadata")
     if meta is None:
         # The engine's own record of the configuration it ran states the model too: the
@@ -312,7 +295,7 @@ def _accelerator(leaf: Leaf) -> str | None:
 def aggregate_memory(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Table 3 memory of the run's accelerator x its accelerator count holds the checkpoint."""
     block = judged(leaf)
-    if block is None:
+    if not block:
         return
     memory = block["accelerator_memory_gb"]
     count, size = as_int(dig(leaf.summary, "num_accelerators")), _size_gib(leaf)
@@ -320,7 +303,7 @@ def aggregate_memory(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield _cannot(r, INVALID, leaf, "the aggregate accelerator memory",
                       leaf.problem("summary") or "summary.json lacks num_accelerators or checkpoint_size_GB")
         return
-    allowed = list(sanctioned(leaf).get(leaf.model) or [])
+    allowed = list(sanctioned(leaf, "checkpointing").get(leaf.model) or [])
     accelerator, meta_path = _accelerator(leaf), leaf.path_of("metadata")
     if accelerator is not None:
         if accelerator not in memory:
@@ -354,7 +337,7 @@ def _subset_declared(leaf: Leaf) -> bool:
 def subset_runs(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED subset run is the 8B model on exactly 8 accelerators."""
     block = judged(leaf)
-    if block is None or leaf.division != "closed" or not _subset_declared(leaf):
+    if not block or leaf.division != "closed" or not _subset_declared(leaf):
         return
     subset_model = block["checkpoint_subset_model"]
     required = block["closed_mpi_processes"][subset_model]
@@ -406,7 +389,7 @@ def result_aggregation(r: Rule, result: Result) -> Iterable[Finding]:
 @RESULT_AGGREGATION.check(LEAF, benchmark="checkpointing")
 def engine_dlio_figures(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """An `--engine dlio` leaf's figures are not comparable with our engine's: said where they are read."""
-    if judged(leaf) is None:
+    if not judged(leaf):
         return
     note = dlio_engine_note(leaf.summary, leaf.metadata)
     if note:

@@ -9,9 +9,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import judged
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_checkpointing import (
-    COUNTED_ELSEWHERE, counts, invocations, is_read, is_write, judged, _cannot, _configuration, _interval,
+    COUNTED_ELSEWHERE, counts, invocations, is_read, is_write, _cannot, _configuration, _interval,
     _met_path, _metric, _model, _processes, _read_start, _two_invocations, _reference, _write_end)
 from mlpstorage_py.results.tree.files import read_text
 from mlpstorage_py.results.tree.package import Leaf, Result, System
@@ -34,7 +35,7 @@ def _norm(value: Any) -> str | None:
 @rule("4.4.1", "checkpointPathArgs").check(LEAF, benchmark="checkpointing")
 def path_args(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """args.checkpoint_folder and the results directory are both recorded and differ."""
-    if judged(leaf) is None:
+    if not judged(leaf):
         return
     meta, separation = leaf.metadata, leaf.record("fs_separation").value
     recorded_apart = (leaf.record("metadata").missing and isinstance(separation, dict)
@@ -75,7 +76,7 @@ def _mount_of(path: str, mounts: list[str]) -> str | None:
 @rule("4.4.2", "checkpointFilesystemCheck").check(LEAF, benchmark="checkpointing")
 def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """fs_separation.json (or a df listing) shows checkpoints and results on different filesystems."""
-    if judged(leaf) is None:
+    if not judged(leaf):
         return
     sut, _, _ = leaf.package.system_description(leaf.division, leaf.org, leaf.system)
     if dig(sut, "solution", "architecture", "benchmark_API") == "object":
@@ -115,7 +116,7 @@ def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 def closed_processes(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED run uses the Table 2 process count of its model (8, 64, 512, 1024)."""
     block = judged(leaf)
-    if block is None or leaf.division != "closed":
+    if not block or leaf.division != "closed":
         return
     model = _model(leaf, block)
     required = block["closed_mpi_processes"].get(model)
@@ -169,7 +170,7 @@ def _per_host(leaf: Leaf) -> tuple[list[int] | None, str]:
 def closed_per_host(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED run puts more than 4 simulated accelerators on each host, Table 2's total in all."""
     block = judged(leaf)
-    if block is None or leaf.division != "closed":
+    if not block or leaf.division != "closed":
         return
     required = block["closed_mpi_processes"].get(_model(leaf, block))
     layout, where = _per_host(leaf)
@@ -188,7 +189,7 @@ def closed_per_host(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED run's configuration equals its model's reference but for checkpoint.checkpoint_folder."""
     block = judged(leaf)
-    if block is None or leaf.division != "closed":
+    if not block or leaf.division != "closed":
         return
     allowed = tables.param_allowlist("checkpointing", "closed") | tables.tool_injected_params("checkpointing") | COUNTED_ELSEWHERE
     model = _model(leaf, block)
@@ -217,7 +218,7 @@ def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 @rule("4.6.4", "checkpointOpenSubmissionScaling").check(LEAF, benchmark="checkpointing")
 def open_scaling(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """An OPEN run's process count is a multiple of TP x PP."""
-    if leaf.division != "open" or judged(leaf) is None:
+    if leaf.division != "open" or not judged(leaf):
         return
     recorded = _processes(leaf)
     configuration, _ = _configuration(leaf)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import not_applicable
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
@@ -187,9 +188,9 @@ class Kv:
 
     @functools.cached_property
     def checker(self) -> dict:
-        """The checker block of the edition its submission is judged under (empty: not checkable)."""
-        package = self.leaf.package
-        return tables.checker(package.edition_of(self.leaf.division, self.leaf.org)) if package else {}
+        """The checker block of the edition its submission is judged under (empty: not checkable,
+        or a leaf read outside a package)."""
+        return checker_block(self.leaf) if self.leaf.package else {}
 
     @functools.cached_property
     def parameters(self) -> dict | None:
@@ -299,6 +300,9 @@ class Kv:
 @functools.lru_cache(maxsize=1)
 def judged(leaf: Leaf) -> Kv | None:
     """The run leaf as the rules read it, or None when its edition is not checkable (EDN-04 skips it).
+    Section 6 filters on the edition alone, as it always has: a run under a model directory the
+    edition does not sanction, or under a dot-named system, is still judged (judging.judged would
+    pass it by and drop its findings).
     The runner offers one leaf to all its checks in turn: the last leaf's reading is kept, and only it,
     so the rules share one parse of its invocations and rank files."""
     kv = Kv(leaf)

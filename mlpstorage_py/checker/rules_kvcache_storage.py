@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
     FAMILY, GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _same, _table, judged,
@@ -84,11 +85,10 @@ def _mentions_gateway(data: Any) -> bool:
 @rule("6.5.2", "kvcacheObjectLatencyScope").check(SYSTEM)
 def object_latency_scope(r: Rule, system: System) -> Iterable[Finding]:
     """An object-API system with KV cache runs records the POSIX gateway software it mounted."""
-    pkg = system.package
     if not any(leaf.benchmark == FAMILY and leaf.command == "run" for leaf in system.leaves) or \
-            not tables.checker(pkg.edition_of(system.division, system.org)):
+            not checker_block(system):
         return
-    sut, problem, path = pkg.system_description(system.division, system.org, system.name)
+    sut, problem, path = system.package.system_description(system.division, system.org, system.name)
     if problem or dig(sut, "solution", "architecture", "benchmark_API") != "object":
         return
     if not _mentions_gateway(sut):

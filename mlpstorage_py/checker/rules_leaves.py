@@ -8,7 +8,7 @@ the order of the rules, and of their findings, is that of the one module they we
 
 These rules judge only the submissions the checker can judge (an edition with a checker block)
 and only workload directories of a model the edition sanctions (a directory of any other name is
-reported by 2.1.11/2.1.21 alone): `judged` is that filter, for a result or a leaf.
+reported by 2.1.11/2.1.21 alone): judging.judged is that filter, for a result or a leaf.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Iterable
 from mlpstorage_py.results.tree.files import (
     DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
 from mlpstorage_py.results.tree.layout import TIMESTAMP
-from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
+from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import leaf_time
+from mlpstorage_py.checker.judging import judged, judged_system, sanctioned
 from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, rule
-from mlpstorage_py.rules import tables
 
 PHASES = ("datasize", "datagen", "run")
 # reportgen's identity/result tables may sit beside the timestamp directories of a phase or
@@ -34,29 +34,8 @@ LOG_READ_LIMIT = 1 << 16
 LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
 
-def sanctioned(unit: Leaf | Result | System, family: str) -> dict:
-    """{model: [accelerators]} the edition of the unit's submission sanctions for one family."""
-    edition = tables.edition(_package(unit).edition_of(unit.division, unit.org))
-    return (edition.get(unit.division) or {}).get(family) or {}
-
-
-def judged(unit: Leaf | Result) -> dict:
-    """The checker block that judges a leaf or result, {} when these rules pass it by: its
-    submission's edition is not checkable, its system directory is dot-prefixed (clutter, not
-    listed) or its model is not one the edition sanctions for its benchmark."""
-    name = unit.system.name if isinstance(unit, Result) else unit.system
-    block = tables.checker(_package(unit).edition_of(unit.division, unit.org))
-    if not block or name.startswith(".") or unit.model not in sanctioned(unit, unit.benchmark):
-        return {}
-    return block
-
-
-def _package(unit: Leaf | Result | System) -> Package:
-    return unit.system.package if isinstance(unit, Result) else unit.package
-
-
 def _models(r: Rule, system: System, family: str) -> Iterable[Finding]:
-    if system.name.startswith(".") or not tables.checker(system.package.edition_of(system.division, system.org)):
+    if not judged_system(system):
         return
     allowed = sorted(sanctioned(system, family))
     family_dir = system.path / family

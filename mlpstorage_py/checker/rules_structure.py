@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator
 from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
 from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
+from mlpstorage_py.checker.judging import checker_block, families, judged_system, sanctioned
 from mlpstorage_py.checker.registry import LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.system_schema import description_shape
@@ -55,23 +56,12 @@ not_applicable("2.1.24a", "grants permission to delete runs; what remains is che
 not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state")
 
 
-def _checkable(pkg: Package, division: str, org: str) -> bool:
-    """Whether the edition the submission is judged under has a checker block (EDN-04 reports one without)."""
-    return bool(tables.checker(pkg.edition_of(division, org)))
-
-
-def _sanctioned(pkg: Package, division: str, org: str) -> dict:
-    """{family: {model: [accelerators]}} the submission's edition sanctions for its division."""
-    return tables.edition(pkg.edition_of(division, org)).get(division) or {}
-
-
 def judged(leaf: Leaf) -> bool:
-    """Whether a leaf is one of a workload the checker judges: in a submission whose edition is
-    checkable, under a model (a vector database: an engine) the edition sanctions, and below no
-    dot-named directory (a directory of any other name is reported by 2.1.11/2.1.21 alone)."""
-    pkg = leaf.package
-    return (_checkable(pkg, leaf.division, leaf.org)
-            and leaf.parts[0] in (_sanctioned(pkg, leaf.division, leaf.org).get(leaf.benchmark) or {})
+    """judging.judged as sections 1 and 2 read a leaf's place: by the directory right under its
+    benchmark directory (a vector database's engine, which the edition sanctions, where
+    Leaf.model is its index type), and below no dot-named directory at any depth (the listing
+    rules report such clutter; its leaves are not judged again)."""
+    return (bool(checker_block(leaf)) and leaf.parts[0] in sanctioned(leaf, leaf.benchmark)
             and not leaf.system.startswith(".") and not any(name.startswith(".") for name in leaf.parts))
 
 
@@ -480,10 +470,9 @@ def identical_system(r: Rule, system: System) -> Iterable[Finding]:
 @rule("2.1.10", "workloadCategories").check(SYSTEM)
 def workload_categories(r: Rule, system: System) -> Iterable[Finding]:
     """A system directory holds only benchmark directories the edition sanctions (training, checkpointing, ...)."""
-    pkg = system.package
-    if system.name.startswith(".") or not _checkable(pkg, system.division, system.org):
+    if not judged_system(system):
         return
-    allowed = sorted(_sanctioned(pkg, system.division, system.org))
+    allowed = sorted(families(system))
     content = visible(system.path)
     if not [n for n, k, _ in content if k == DIR]:
         yield r.invalid(system.path, f"system directory {system.name} holds no benchmark directory")

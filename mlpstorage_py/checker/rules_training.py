@@ -12,17 +12,13 @@ from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import dig
 from mlpstorage_py.checker.aggregation import training as training_figures
+from mlpstorage_py.checker.judging import stamped_checker_block
 from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.rules import tables
 
 GIB = 1024 ** 3
 
 not_applicable("3.3.5", "dataset reachability from every client host leaves no evidence in the package to check")
-
-
-def _checker_block(leaf: Leaf) -> dict:
-    edition = leaf.stamped_edition if leaf.stamped_edition in tables.editions()["editions"] else tables.editions()["current_edition"]
-    return tables.checker(edition)
 
 
 @rule("3.1.1", "trainingVerifyDatasizeUsage").check(RESULT, benchmark="training")
@@ -78,8 +74,8 @@ def recalculate_datasize(r: Rule, leaf: Leaf) -> Iterable[Finding]:
             host_memory_gb=[float(m) for m in summary["host_memory_GB"]],
             record_length=int(dataset["record_length_bytes"]),
             samples_per_file=int(dataset["num_samples_per_file"]),
-            steps=int(_checker_block(leaf)["training_steps_per_epoch"]),
-            multiplier=int(_checker_block(leaf)["training_host_memory_multiplier"]))
+            steps=int(stamped_checker_block(leaf)["training_steps_per_epoch"]),
+            multiplier=int(stamped_checker_block(leaf)["training_host_memory_multiplier"]))
         used = int(dataset["num_files_train"])
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ZeroDivisionError) as exc:
         yield r.invalid(leaf.path, f"cannot recompute the dataset size: missing or bad {exc}")
@@ -98,7 +94,7 @@ def accelerator_utilization(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         return
     summary = leaf.summary or {}
     metric = summary.get("metric") if isinstance(summary.get("metric"), dict) else {}
-    minimum = _checker_block(leaf)["training_au_thresholds"].get(leaf.model)
+    minimum = stamped_checker_block(leaf)["training_au_thresholds"].get(leaf.model)
     au = metric.get("train_au_mean_percentage")
     if au is None and metric.get("train_au_percentage"):
         au = statistics.fmean(metric["train_au_percentage"])

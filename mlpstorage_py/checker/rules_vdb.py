@@ -25,9 +25,10 @@ import re
 from datetime import datetime
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, RESULT, Finding, Rule, rule
 from mlpstorage_py.checker.vdb_leaves import (
-    FAMILY, INDEX_DONE, LOG_LIMIT, METRIC_KEYS, checker_block, collection_size, datagen_for, declared, engine,
+    FAMILY, INDEX_DONE, LOG_LIMIT, METRIC_KEYS, collection_size, datagen_for, declared, engine,
     fact, index_type, missing_summary, named_outputs, native, not_checked, number, param, phase, scale_table)
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.results.tree.package import Leaf, Result

@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from mlpstorage_py.checker.judging import checker_block, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.vdb_leaves import (
-    FAMILY, LOG_LIMIT, cannot, checker_block, config, database, engine, evidence_problem, index_type,
-    missing_summary, named_outputs, not_checked, param, resolved, sanctioned_models, value)
+    FAMILY, LOG_LIMIT, cannot, config, database, engine, evidence_problem, index_type,
+    missing_summary, named_outputs, not_checked, param, resolved, value)
 from mlpstorage_py.results.tree.files import FILE, entries, read_text
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
@@ -152,6 +153,8 @@ def object_backend(r: Rule, system: System) -> Iterable[Finding]:
 # --- 5.6 CLOSED / OPEN --------------------------------------------------------------------
 
 def _judged(leaf: Leaf, division: str) -> bool:
+    """5.6.2-5.6.5 judge one division's leaves of a checkable edition (section 5 filters on the
+    edition alone: see vdb_leaves.phase)."""
     return leaf.division == division and bool(checker_block(leaf))
 
 
@@ -160,7 +163,7 @@ def closed_backend(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """CLOSED leaves record database.database milvus, under vector_database/milvus/."""
     if not _judged(leaf, "closed"):
         return
-    allowed = sorted(sanctioned_models(leaf))
+    allowed = sorted(sanctioned(leaf, FAMILY))
     found, where = database(leaf)
     if found is None:
         yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
@@ -227,7 +230,7 @@ def open_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         return
     allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)
     milvus_types = tables.workloads()[FAMILY]["index_types"]["open"]
-    backends = checker_block(leaf).get("vdb_open_backends") or sorted(sanctioned_models(leaf))
+    backends = checker_block(leaf).get("vdb_open_backends") or sorted(sanctioned(leaf, FAMILY))
     found, where = database(leaf)
     if found is None:
         yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")

@@ -15,11 +15,11 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import Finding, Rule
 from mlpstorage_py.results.tree.files import DIR, entries, kind_of, load_json, real_file
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
-from mlpstorage_py.rules import tables
 
 FAMILY = "vector_database"
 METRIC_KEYS = ("throughput_qps", "mean_latency_ms", "p95_latency_ms", "p99_latency_ms", "p999_latency_ms")  # 5.3.4
@@ -29,21 +29,10 @@ INDEX_DONE = re.compile(r"index(?:ing| build(?:ing)?)?\b.*\b(?:complete|complete
 
 # --- which leaves are judged ---------------------------------------------------------------
 
-def checker_block(unit: Leaf | Result) -> dict:
-    """The checker block of the edition the unit's submission declares; empty when that
-    edition is not checkable (EDN-04 reports it, and section 5 judges nothing there)."""
-    pkg = unit.package if isinstance(unit, Leaf) else unit.system.package
-    return tables.checker(pkg.edition_of(unit.division, unit.org))
-
-
-def sanctioned_models(leaf: Leaf) -> dict:
-    """{model: [accelerators]} the leaf's edition sanctions for vector_database in its division."""
-    table = tables.edition(leaf.package.edition_of(leaf.division, leaf.org)).get(leaf.division) or {}
-    return table.get(FAMILY) or {}
-
-
 def phase(result: Result, command: str) -> list[Leaf]:
-    """A result's leaves of one phase, none when its edition is not checkable."""
+    """A result's leaves of one phase, none when its edition is not checkable. Section 5 filters on
+    the edition alone: a result's model is its index type, which 5.6.3 judges, and its engine
+    directory is 5.6.2's and 5.6.5's to judge."""
     return result.phase(command) if checker_block(result) else []
 
 
