@@ -24,9 +24,9 @@ from test_fuzz_checker import KINDS, make_outside, mutate
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker import runner, workers
-from mlpstorage_py.checker.registry import PACKAGE, SYSTEM, Rule
+from mlpstorage_py.checker.registry import PACKAGE, PHASE, SYSTEM, Rule
 from mlpstorage_py.results.tree import files
-from mlpstorage_py.results.tree.package import Package, System
+from mlpstorage_py.results.tree.package import Package, Phase, System
 
 FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")
 LEAF_PATH = re.compile(r"/results/.*/\d{8}_\d{6}(/|$)")
@@ -151,3 +151,22 @@ def test_workers_on_mutated_packages(three_systems, tmp_path_factory, cases):
         pooled = findings(root, monkeypatch, pooled=True)
     shutil.rmtree(work, ignore_errors=True)
     assert pooled == alone, cases
+
+
+def test_phase_checks_see_each_phase_once(three_systems):
+    """A PHASE check is offered each phase of each result, with exactly its leaves, filtered by
+    benchmark and command as a leaf check is."""
+    pkg = Package.load(three_systems)
+    seen: list[tuple[str, str, int]] = []
+    probe = Rule("TEST-3", "phases")
+
+    @probe.check(PHASE, benchmark="training")
+    def phase(r: Rule, unit: Phase):
+        assert all(leaf.command == unit.command and leaf.workload_dir == unit.result.path for leaf in unit.leaves)
+        seen.append((unit.system.name, unit.command, len(unit.leaves)))
+        return ()
+
+    runner.check_package(pkg, pkg.systems, [probe])
+    expected = sorted({(leaf.system, leaf.command) for leaf in pkg.leaves if leaf.benchmark == "training"})
+    assert sorted((s, c) for s, c, _ in seen) == expected
+    assert sum(n for *_, n in seen) == sum(leaf.benchmark == "training" for leaf in pkg.leaves)

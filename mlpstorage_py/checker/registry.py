@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 INVALID, WARNING, INFO = "INVALID", "WARNING", "INFO"
-LEAF, RESULT, SYSTEM, PACKAGE = "leaf", "result", "system", "package"
-SCOPES = (LEAF, RESULT, SYSTEM, PACKAGE)
+LEAF, PHASE, RESULT, SYSTEM, PACKAGE = "leaf", "phase", "result", "system", "package"
+SCOPES = (LEAF, PHASE, RESULT, SYSTEM, PACKAGE)
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ CheckFunc = Callable[["Rule", Any], Iterable[Finding]]
 
 @dataclass(frozen=True)
 class Check:
-    """One function of a rule, run on every unit of its scope (a leaf or result check may
-    name the benchmark, and a leaf check the phase, it is about: the others are not offered)."""
+    """One function of a rule, run on every unit of its scope (a leaf, phase or result check
+    may name the benchmark, and a leaf or phase check the phase, it is about: the others are
+    not offered)."""
     scope: str
     func: CheckFunc
     benchmark: str | None = None

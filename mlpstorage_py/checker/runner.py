@@ -1,11 +1,11 @@
 """The checks run as the package is walked: system after system, each result's leaves, then
-the result, then the system; a system's records are released once its checks are done, so a
-validation holds one system's records however large the package. The package's own checks
-come last; they read what the listing and the submissions' manifests hold."""
+its phases, then the result, then the system; a system's records are released once its checks
+are done, so a validation holds one system's records however large the package. The package's
+own checks come last; they read what the listing, the manifests and the rules' notes hold."""
 
 from __future__ import annotations
 
-from mlpstorage_py.checker.registry import LEAF, PACKAGE, RESULT, SCOPES, SYSTEM, Check, Finding, Rule
+from mlpstorage_py.checker.registry import LEAF, PACKAGE, PHASE, RESULT, SCOPES, SYSTEM, Check, Finding, Rule
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Package, System
 
@@ -18,7 +18,7 @@ def by_scope(rules: list[Rule]) -> Checks:
 
 
 def check_system(system: System, checks: Checks, found: Found) -> None:
-    """Every leaf, result and system check on one system, its readings released after."""
+    """Every leaf, phase, result and system check on one system, its readings released after."""
     since = files.mark()
     offered: dict[tuple[str, str], list[tuple[Rule, Check]]] = {}  # the leaf checks a phase wants
     for result in system.results:
@@ -28,6 +28,11 @@ def check_system(system: System, checks: Checks, found: Found) -> None:
                 offered[key] = [(rule, check) for rule, check in checks[LEAF] if check.wants(leaf)]
             for rule, check in offered[key]:
                 found[rule.number].extend(rule.run(check, leaf))
+        if checks[PHASE]:
+            for phase in result.phases:
+                for rule, check in checks[PHASE]:
+                    if check.wants(phase):
+                        found[rule.number].extend(rule.run(check, phase))
         for rule, check in checks[RESULT]:
             if check.benchmark is None or check.benchmark == result.benchmark:
                 found[rule.number].extend(rule.run(check, result))

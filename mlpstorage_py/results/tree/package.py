@@ -22,7 +22,7 @@ from mlpstorage_py.results.tree.layout import DIVISIONS, PRIVATE_DIR, RESULTS_TA
 from mlpstorage_py.results.tree.values import as_number, dig, leaf_time, parse_time
 from mlpstorage_py.rules import tables
 
-__all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Package", "Record", "Result", "System",
+__all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Package", "Phase", "Record", "Result", "System",
            "read_object"]
 
 
@@ -255,6 +255,29 @@ class Leaf:
 
 
 @dataclass(eq=False)
+class Phase:
+    """One phase of a result (datasize, datagen, run): its leaves, which the rules count and
+    order. Its path is the phase's directory (the result's own for a benchmark whose leaves sit
+    directly in it)."""
+    path: Path
+    result: "Result"
+    command: str
+    leaves: list[Leaf]
+
+    @property
+    def benchmark(self) -> str:
+        return self.result.benchmark
+
+    @property
+    def model(self) -> str:
+        return self.result.model
+
+    @property
+    def system(self) -> "System":
+        return self.result.system
+
+
+@dataclass(eq=False)
 class Result:
     """A workload directory (Rules 1.3's result): one model's phases on one system."""
     path: Path
@@ -265,6 +288,14 @@ class Result:
 
     def phase(self, command: str) -> list[Leaf]:
         return [leaf for leaf in self.leaves if leaf.command == command]
+
+    @property
+    def phases(self) -> list[Phase]:
+        """The phases holding leaves, in the order their first leaves were listed."""
+        by_command: dict[str, list[Leaf]] = {}
+        for leaf in self.leaves:
+            by_command.setdefault(leaf.command, []).append(leaf)
+        return [Phase(leaves[0].path.parent, self, command, leaves) for command, leaves in by_command.items()]
 
     @property
     def division(self) -> str:
