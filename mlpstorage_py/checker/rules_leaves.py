@@ -154,7 +154,13 @@ def checkpointing_gap(r: Rule, result: Result) -> Iterable[Finding]:
         yield from _gaps(r, result.leaves)
 
 
-def _leaf_files(r: Rule, leaf: Path, patterns: list[str], folders: list[str]) -> Iterable[Finding]:
+def _leaf_files(r: Rule, unit: Leaf, kind: str) -> Iterable[Finding]:
+    """The files and folders the checker block lists for a judged leaf of one kind (datagen, run,
+    checkpoint): 2.1.14, 2.1.19 and 2.1.25 differ only in the lists they read."""
+    block = judged(unit)
+    if not block:
+        return
+    leaf, patterns, folders = unit.path, block[f"{kind}_required_files"], block[f"{kind}_required_folders"]
     listing = names(leaf)
     for pattern in patterns:
         search = re.compile(pattern).search
@@ -176,7 +182,13 @@ def _leaf_files(r: Rule, leaf: Path, patterns: list[str], folders: list[str]) ->
             yield r.invalid(leaf, f"no {folder}/ subdirectory")
 
 
-def _dlio_config(r: Rule, leaf: Path, expected: list[str], parent: str = "") -> Iterable[Finding]:
+def _dlio_config(r: Rule, unit: Leaf, parent: str) -> Iterable[Finding]:
+    """A judged leaf's dlio_config/ holds exactly the checker block's files, each readable; `parent`
+    is the files rule that reports the folder missing."""
+    block = judged(unit)
+    if not block:
+        return
+    leaf, expected = unit.path, block["dlio_config_files"]
     folder = leaf / "dlio_config"
     if not real_dir(folder):
         # the missing folder is reported once, by the files rule that requires it (2.1.14, 2.1.19, 2.1.25)
@@ -204,17 +216,13 @@ def _dlio_config(r: Rule, leaf: Path, expected: list[str], parent: str = "") -> 
 @rule("2.1.14", "datagenFiles").check(LEAF, benchmark="training", command="datagen")
 def datagen_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A datagen leaf holds the logs, metadata and dlio_config/ the edition's checker block lists."""
-    block = judged(leaf)
-    if block:
-        yield from _leaf_files(r, leaf.path, block["datagen_required_files"], block["datagen_required_folders"])
+    yield from _leaf_files(r, leaf, "datagen")
 
 
 @rule("2.1.15", "datagenDlioConfig").check(LEAF, benchmark="training", command="datagen")
 def datagen_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A datagen leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    block = judged(leaf)
-    if block:
-        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.14")
+    yield from _dlio_config(r, leaf, "2.1.14")
 
 
 def _results_json(r: Rule, directory: Path) -> Iterable[Finding]:
@@ -243,33 +251,25 @@ def checkpointing_results_json(r: Rule, result: Result) -> Iterable[Finding]:
 @rule("2.1.19", "runFiles").check(LEAF, benchmark="training", command="run")
 def run_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A training run leaf holds the logs, DLIO JSON outputs and dlio_config/ the checker block lists."""
-    block = judged(leaf)
-    if block:
-        yield from _leaf_files(r, leaf.path, block["run_required_files"], block["run_required_folders"])
+    yield from _leaf_files(r, leaf, "run")
 
 
 @rule("2.1.20", "runDlioConfig").check(LEAF, benchmark="training", command="run")
 def run_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A training run leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    block = judged(leaf)
-    if block:
-        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.19")
+    yield from _dlio_config(r, leaf, "2.1.19")
 
 
 @rule("2.1.25", "checkpointingFiles").check(LEAF, benchmark="checkpointing")
 def checkpointing_files(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A checkpointing leaf holds the logs, JSON outputs and dlio_config/ the checker block lists."""
-    block = judged(leaf)
-    if block:
-        yield from _leaf_files(r, leaf.path, block["checkpoint_required_files"], block["checkpoint_required_folders"])
+    yield from _leaf_files(r, leaf, "checkpoint")
 
 
 @rule("2.1.26", "checkpointingDlioConfig").check(LEAF, benchmark="checkpointing")
 def checkpointing_dlio_config(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A checkpointing leaf's dlio_config/ holds exactly config.yaml, hydra.yaml and overrides.yaml, each readable."""
-    block = judged(leaf)
-    if block:
-        yield from _dlio_config(r, leaf.path, block["dlio_config_files"], "2.1.25")
+    yield from _dlio_config(r, leaf, "2.1.25")
 
 
 DLIO_LOG = rule("2.29", "dlioLog")
