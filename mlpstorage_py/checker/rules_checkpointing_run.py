@@ -7,7 +7,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Generator, Iterable
 
 from mlpstorage_py.checker.judging import judged
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, SYSTEM, Finding, Rule, rule
@@ -325,32 +325,32 @@ def total_duration(r: Rule, result: Result) -> Iterable[Finding]:
                                                      "read ends before the first write starts")
 
 
-def _checkpoint_results(system: System) -> list[list[Leaf]]:
-    """The leaves, in order, of each judged checkpointing result of the system that has any."""
+def _capabilities(r: Rule, system: System, unread: str) -> Generator[Finding, None, tuple[list[list[Leaf]], dict, Path] | None]:
+    """What 4.7.3 and 4.7.4 judge a system by: the leaves, in order, of each of its judged
+    checkpointing results that has any, and the capabilities its description declares. None when
+    it has no such result, or, after an INVALID that begins with `unread`, when the description
+    declares no capabilities."""
     found = (invocations(result) for result in system.results if result.benchmark == "checkpointing")
-    return [leaves for leaves in found if leaves]
-
-
-def _capabilities(system: System) -> tuple[dict | None, str | None, Path]:
+    results = [leaves for leaves in found if leaves]
+    if not results:
+        return None
     sut, problem, path = system.package.system_description(system.division, system.org, system.name)
-    if problem:
-        return None, problem, path
-    caps = dig(sut, "solution", "capabilities")
-    if not isinstance(caps, dict):
-        return None, f"{path.name} has no system_under_test.solution.capabilities", path
-    return caps, None, path
+    if not problem:
+        caps = dig(sut, "solution", "capabilities")
+        if isinstance(caps, dict):
+            return results, caps, path
+        problem = f"{path.name} has no system_under_test.solution.capabilities"
+    yield r.invalid(path, f"{unread}: {problem}")
+    return None
 
 
 @rule("4.7.3", "checkpointRemappingTimeReporting").check(SYSTEM)
 def remapping_time(r: Rule, system: System) -> Iterable[Finding]:
     """remap_time_in_seconds is reported, agrees with the simultaneous flags, and the phases respect it."""
-    results = _checkpoint_results(system)
-    if not results:
+    found = yield from _capabilities(r, system, "no remap_time_in_seconds")
+    if found is None:
         return
-    caps, problem, path = _capabilities(system)
-    if caps is None:
-        yield r.invalid(path, f"no remap_time_in_seconds: {problem}")
-        return
+    results, caps, path = found
     remap = as_number(caps.get("remap_time_in_seconds"))
     if remap is None or remap < 0 or isinstance(caps.get("remap_time_in_seconds"), bool):
         yield r.invalid(path, f"capabilities.remap_time_in_seconds is {caps.get('remap_time_in_seconds')!r}, "
@@ -380,13 +380,10 @@ def remapping_time(r: Rule, system: System) -> Iterable[Finding]:
 @rule("4.7.4", "checkpointSimultaneousRwSupport").check(SYSTEM)
 def simultaneous_rw(r: Rule, system: System) -> Iterable[Finding]:
     """The system description declares multi_host, simultaneous_write and simultaneous_read."""
-    results = _checkpoint_results(system)
-    if not results:
+    found = yield from _capabilities(r, system, "cannot read the solution's capabilities")
+    if found is None:
         return
-    caps, problem, path = _capabilities(system)
-    if caps is None:
-        yield r.invalid(path, f"cannot read the solution's capabilities: {problem}")
-        return
+    results, caps, path = found
     missing = [k for k in ("multi_host", "simultaneous_write", "simultaneous_read") if not isinstance(caps.get(k), bool)]
     if missing:
         yield r.invalid(path, f"capabilities lack the boolean field(s) {', '.join(missing)}")
