@@ -7,7 +7,7 @@ readings of a leaf's files beyond its records live in vdb_leaves.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Any, Generator, Iterable
 
 from mlpstorage_py.checker.judging import checker_block, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
@@ -158,19 +158,27 @@ def _judged(leaf: Leaf, division: str) -> bool:
     return leaf.division == division and bool(checker_block(leaf))
 
 
+def _backend(r: Rule, leaf: Leaf, allowed: list[str], refused: str) -> Generator[Finding, None, str | None]:
+    """5.6.2's and 5.6.5's reading of the backend a leaf records: it must be one of `allowed` (else
+    an INVALID, `refused` saying why after its name) and the engine directory the leaf sits under.
+    Returns the backend recorded, None when none is."""
+    found, where = database(leaf)
+    if found is None:
+        yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
+    elif found not in allowed:
+        yield r.invalid(leaf.path_of("summary"), f"database {found!r} ({where}){refused}")
+    elif engine(leaf) != found:
+        yield r.invalid(leaf.path, f"the leaf is under vector_database/{engine(leaf)}/ but records database {found!r}")
+    return found
+
+
 @rule("5.6.2", "vdbClosedDatabaseBackend").check(LEAF, benchmark=FAMILY)
 def closed_backend(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """CLOSED leaves record database.database milvus, under vector_database/milvus/."""
     if not _judged(leaf, "closed"):
         return
     allowed = sorted(sanctioned(leaf, FAMILY))
-    found, where = database(leaf)
-    if found is None:
-        yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
-    elif found not in allowed:
-        yield r.invalid(leaf.path_of("summary"), f"database {found!r} ({where}); CLOSED runs {', '.join(allowed)}")
-    elif engine(leaf) != found:
-        yield r.invalid(leaf.path, f"the leaf is under vector_database/{engine(leaf)}/ but records database {found!r}")
+    yield from _backend(r, leaf, allowed, f"; CLOSED runs {', '.join(allowed)}")
 
 
 @rule("5.6.3", "vdbClosedIndexTypes").check(LEAF, benchmark=FAMILY)
@@ -231,13 +239,7 @@ def open_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     allowed = tables.param_allowlist(FAMILY, "open") | tables.tool_injected_params(FAMILY)
     milvus_types = tables.workloads()[FAMILY]["index_types"]["open"]
     backends = checker_block(leaf).get("vdb_open_backends") or sorted(sanctioned(leaf, FAMILY))
-    found, where = database(leaf)
-    if found is None:
-        yield cannot(r, leaf, "the database backend", leaf.problem("summary") or "summary.json and config.json record no database.database")
-    elif found not in backends:
-        yield r.invalid(leaf.path_of("summary"), f"database {found!r} ({where}) is not a supported backend ({', '.join(backends)})")
-    elif engine(leaf) != found:
-        yield r.invalid(leaf.path, f"the leaf is under vector_database/{engine(leaf)}/ but records database {found!r}")
+    found = yield from _backend(r, leaf, backends, f" is not a supported backend ({', '.join(backends)})")
     kind, _ = index_type(leaf)
     if found == "milvus" and kind is not None and kind not in milvus_types:
         yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} is not a Milvus index type ({', '.join(milvus_types)})")
