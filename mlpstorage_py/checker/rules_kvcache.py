@@ -28,10 +28,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Generator, Iterable
 
 from mlpstorage_py.checker.judging import checker_block
-from mlpstorage_py.checker.registry import not_applicable
+from mlpstorage_py.checker.registry import Finding, Rule, not_applicable
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
 from mlpstorage_py.results.tree.package import Leaf
@@ -307,6 +307,19 @@ def judged(leaf: Leaf) -> Kv | None:
     so the rules share one parse of its invocations and rank files."""
     kv = Kv(leaf)
     return kv if kv.checker else None
+
+
+def judged_with(r: Rule, leaf: Leaf, kind: str, unread: str) -> Generator[Finding, None, Kv | None]:
+    """The judged run leaf of a rule that needs its `kind` record (metadata, summary): None when
+    the leaf is not judged, or, after an INVALID on the record that begins with `unread`, when the
+    record cannot be read."""
+    kv = judged(leaf)
+    if kv is None:
+        return None
+    if leaf.record(kind).value is None:
+        yield r.invalid(leaf.path_of(kind), f"{unread}: {leaf.problem(kind)}")
+        return None
+    return kv
 
 
 @functools.cache

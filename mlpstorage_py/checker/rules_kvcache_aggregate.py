@@ -10,7 +10,8 @@ from typing import Any, Iterable
 from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
 from mlpstorage_py.checker.registry import INVALID, LEAF, WARNING, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
-    DEVICE_READ, DEVICE_WRITE, FAMILY, READ_BW, THROUGHPUT, WRITE_BW, Kv, RankFile, _close, _missing_text, judged)
+    DEVICE_READ, DEVICE_WRITE, FAMILY, READ_BW, THROUGHPUT, WRITE_BW, Kv, RankFile, _close, _missing_text, judged,
+    judged_with)
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
 
@@ -195,11 +196,8 @@ def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Each Option states read bandwidth, device read/write P95 and storage throughput with total_ranks."""
     parts = {"storage_read_bandwidth_gbps": READ_BW, "device_read_p95_ms": DEVICE_READ,
              "device_write_p95_ms": DEVICE_WRITE, "storage_throughput_tokens_per_sec": THROUGHPUT}
-    kv = judged(leaf)
+    kv = yield from judged_with(r, leaf, "summary", "no headline result")
     if kv is None:
-        return
-    if kv.summary is None:
-        yield r.invalid(leaf.path_of("summary"), f"no headline result: {leaf.problem('summary')}")
         return
     found = leaf.record("summary").path
     older = found.name if found is not None else ""

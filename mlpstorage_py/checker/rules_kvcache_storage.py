@@ -9,7 +9,7 @@ from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
     FAMILY, GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _same, _table, judged,
-    option_table)
+    judged_with, option_table)
 from mlpstorage_py.checker.rules_kvcache_workload import _autoscaling
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
@@ -29,11 +29,8 @@ def _cache_dirs(kv: Kv) -> list[tuple[str, str]]:
 @rule("6.4.1", "kvcachePosixCacheDir").check(LEAF, benchmark=FAMILY, command="run")
 def posix_cache_dir(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """--cache-dir and --results-dir are both set, apart, and (where probed) on different filesystems."""
-    kv = judged(leaf)
+    kv = yield from judged_with(r, leaf, "metadata", "cannot check --cache-dir and --results-dir")
     if kv is None:
-        return
-    if kv.metadata is None:
-        yield r.invalid(leaf.path_of("metadata"), f"cannot check --cache-dir and --results-dir: {leaf.problem('metadata')}")
         return
     cache = kv.args.get("cache_dir") or dig(kv.metadata, "engine_parameters", "cache_dir") or dig(kv.metadata, "cache_dir")
     results = kv.args.get("results_dir") or dig(kv.metadata, "result_dir")
