@@ -55,9 +55,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a job that was not stopped ended."""
+    """How a job that was not stopped ended: its exit code and how long the launcher ran."""
 
-    argv: list[str]  # as it ran
     code: int
     wall_s: float
 
@@ -75,4 +74,4 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
         wall = time.monotonic() - started
     if job.check:
         require_success(code, job.label, job.stderr)
-    return Outcome(argv, code, wall)
+    return Outcome(code, wall)
