@@ -24,6 +24,7 @@ from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import leaf_time
 from mlpstorage_py.checker.judging import judged, judged_system, sanctioned
 from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, rule
+from mlpstorage_py.checker.rules_structure import only_sanctioned
 
 PHASES = ("datasize", "datagen", "run")
 # reportgen's identity/result tables may sit beside the timestamp directories of a phase or
@@ -35,20 +36,13 @@ LOG_RECORD = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}")
 
 
 def _models(r: Rule, system: System, family: str) -> Iterable[Finding]:
+    """2.1.11/2.1.21: a judged system's family directory, where there is one, holds only sanctioned models."""
     if not judged_system(system):
         return
-    allowed = sorted(sanctioned(system, family))
     family_dir = system.path / family
-    if not real_dir(family_dir):
-        return
-    content = visible(family_dir)
-    if not [n for n, k, _ in content if k == DIR]:
-        yield r.invalid(family_dir, f"{family}/ holds no workload directory")
-    for name, ekind, path in content:
-        if ekind == LINK:
-            continue
-        if ekind != DIR or name not in allowed:
-            yield r.invalid(path, f"unexpected {ekind} {name!r} in {family}/ (allowed: {', '.join(allowed)})")
+    if real_dir(family_dir):
+        yield from only_sanctioned(r, family_dir, sorted(sanctioned(system, family)),
+                                   f"{family}/ holds no workload directory", f" in {family}/")
 
 
 @rule("2.1.11", "trainingWorkloads").check(SYSTEM)

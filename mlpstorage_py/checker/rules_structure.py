@@ -470,14 +470,19 @@ def identical_system(r: Rule, system: System) -> Iterable[Finding]:
 @rule("2.1.10", "workloadCategories").check(SYSTEM)
 def workload_categories(r: Rule, system: System) -> Iterable[Finding]:
     """A system directory holds only benchmark directories the edition sanctions (training, checkpointing, ...)."""
-    if not judged_system(system):
-        return
-    allowed = sorted(families(system))
-    content = visible(system.path)
+    if judged_system(system):
+        yield from only_sanctioned(r, system.path, sorted(families(system)),
+                                   f"system directory {system.name} holds no benchmark directory")
+
+
+def only_sanctioned(r: Rule, directory: Path, allowed: list[str], empty: str, inside: str = "") -> Iterable[Finding]:
+    """A directory of a judged system holds some directory and only those in `allowed` (links are
+    1.1's): shared by 2.1.10 (benchmark directories) and 2.1.11/2.1.21 (workload directories)."""
+    content = visible(directory)
     if not [n for n, k, _ in content if k == DIR]:
-        yield r.invalid(system.path, f"system directory {system.name} holds no benchmark directory")
+        yield r.invalid(directory, empty)
     for name, ekind, path in content:
         if ekind == LINK:
             continue
         if ekind != DIR or name not in allowed:
-            yield r.invalid(path, f"unexpected {ekind} {name!r} (allowed: {', '.join(allowed)})")
+            yield r.invalid(path, f"unexpected {ekind} {name!r}{inside} (allowed: {', '.join(allowed)})")
