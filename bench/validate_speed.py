@@ -1,16 +1,29 @@
-"""How long `validate` takes on a large package: a valid synthetic package (tests/synthetic.py)
-whose system directory is replicated until the package holds about --leaves run leaves, then
-validated twice: in-process (checker.validate) and as the user runs it (`mlpstorage validate
-PKG` in a subprocess: start-up, rules and the grouped report it prints). Prints leaves, seconds
-and leaves/second, and the time to walk the tree with os.walk as the reference measured in the
-same run (the floor any checker pays). The goal (<= 3 s per 10,000 leaves) is the command's.
+"""How long the commands that read a whole package take on a large one, beside the bare floor.
 
-validate reads each file once, and from checker.POOL_MIN_LEAVES leaves on, with a second
-core free, checks the package in forked workers, part by part (checker.workers): the figure
-depends on the cores the machine gives. The replicated systems hold identical files, so a
-cache keyed by content would flatter it; validate keys what it reads by path.
+The tree: a valid synthetic package (tests/synthetic.py) whose system directory is replicated
+until the package holds about --leaves run leaves, built once in /dev/shm when there is one and
+made consistent by one (untimed) `mlpstorage reports reportgen`. On it, each command is run as
+the user runs it (the installed `mlpstorage` entry point in a subprocess: start-up, reading, the
+output it prints), --repeat times, the median the figure:
 
-    .venv/bin/python bench/validate_speed.py [--leaves 10000] [--repeat 3]
+    validate PKG                       goal <= 2.5 s at 10,000 leaves, <= 20 s at 100,000,
+                                       peak RSS <= 1.5 GiB at 100,000 (issue 26)
+    status PKG                         goal <= 3 s at 10,000 leaves
+    reports reportgen --results-dir    goal <= 5 s at 10,000 leaves (rewrites the same files)
+
+The floor, measured in the same run on the same tree: an os.walk plus one read (open, read all
+bytes) of every file, the least any command that looks at each file once pays. Each command is
+printed in seconds and as a ratio to the floor, with its CPU seconds (user + system, which a
+busy machine inflates far less than the wall time). Peak RSS is the child's ru_maxrss from os.wait4:
+the largest single process of the command (forked workers included, as the kernel folds waited
+descendants in), not their sum.
+
+validate checks a large package in forked workers when a second core is free
+(checker.workers): the figure depends on the cores this process may use (printed). The
+replicated systems hold identical files, so a cache keyed by content would flatter the
+commands; they key what they read by path.
+
+    .venv/bin/python bench/validate_speed.py [--leaves 10000] [--repeat 3] [--commands validate status reportgen]
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
@@ -30,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from synthetic import make_package  # noqa: E402
 
-from mlpstorage_py import checker  # noqa: E402
-from mlpstorage_py.report import reportgen  # noqa: E402
+MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
+COMMANDS = ("validate", "status", "reportgen")
 
 
 def rename_system(tree: Path, name: str) -> None:
@@ -44,49 +58,114 @@ def rename_system(tree: Path, name: str) -> None:
                 path.write_text(re.sub(r"\bsys1\b", name, text))
 
 
+def build(root: Path, leaves: int) -> tuple[int, int]:
+    """The package at root with about `leaves` leaves: (systems, leaves) it holds."""
+    make_package(root)
+    results = root / "closed" / "Acme" / "results"
+    template = results / "sys1"
+    per_system = sum(1 for p in template.rglob("*") if p.is_dir() and p.name[:8].isdigit())
+    systems = max(1, leaves // per_system)
+    for i in range(2, systems + 1):
+        shutil.copytree(template, results / f"sys{i}")
+        rename_system(results / f"sys{i}", f"sys{i}")
+        for ext in ("yaml", "pdf"):
+            shutil.copyfile(root / "closed/Acme/systems" / f"sys1.{ext}", root / "closed/Acme/systems" / f"sys{i}.{ext}")
+    return systems, systems * per_system
+
+
+def floor(root: Path) -> tuple[float, float, int, int]:
+    """(walk+read seconds, walk-only seconds, files, bytes): the bare floor, and the bare walk."""
+    start = time.perf_counter()
+    for _ in os.walk(root):
+        pass
+    walk = time.perf_counter() - start
+    files = size = 0
+    start = time.perf_counter()
+    for base, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(base, name), "rb") as fh:
+                size += len(fh.read())
+            files += 1
+    return time.perf_counter() - start, walk, files, size
+
+
+@dataclass
+class Run:
+    seconds: float
+    rc: int
+    maxrss_kib: int
+    cpu: float  # user + system seconds, the command's and its reaped workers'
+    stderr: str
+
+
+def run_once(argv: list[str]) -> Run:
+    """One run of the command; its own rusage via wait4 (RUSAGE_CHILDREN would be cumulative)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([MLPSTORAGE, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()  # the pipe drains while the child runs; EOF when it exits
+    proc.stderr.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+    return Run(took, proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, err.decode(errors="replace"))
+
+
+def argv_of(command: str, root: Path) -> list[str]:
+    return {"validate": ["validate", str(root)], "status": ["status", str(root)],
+            "reportgen": ["reports", "reportgen", "--results-dir", str(root)]}[command]
+
+
+def measure(command: str, root: Path, repeat: int) -> list[Run]:
+    """--repeat runs. The tree is valid, so anything but exit 0 ends the bench: a command that
+    fails fast (or finds the tree invalid) would be timed doing something else."""
+    runs = []
+    for _ in range(repeat):
+        r = run_once(argv_of(command, root))
+        if r.rc != 0:
+            sys.exit(f"mlpstorage {command} exited {r.rc}: {r.stderr.strip()[-800:]}")
+        runs.append(r)
+    return runs
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--leaves", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3, help="runs of the command; the median is the figure (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each command; the median is the figure (default 3)")
+    parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS),
+                        help="the commands to time (default: all three)")
     opts = parser.parse_args()
     base = "/dev/shm" if Path("/dev/shm").is_dir() else None
+    cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(dir=base) as tmp:
-        root = make_package(Path(tmp) / "pkg")
-        results = root / "closed" / "Acme" / "results"
-        template = results / "sys1"
-        per_system = sum(1 for p in template.rglob("*") if p.is_dir() and p.name[:8].isdigit())
-        systems = max(1, opts.leaves // per_system)
-        for i in range(2, systems + 1):
-            shutil.copytree(template, results / f"sys{i}")
-            rename_system(results / f"sys{i}", f"sys{i}")
-            for ext in ("yaml", "pdf"):
-                shutil.copyfile(root / "closed/Acme/systems" / f"sys1.{ext}", root / "closed/Acme/systems" / f"sys{i}.{ext}")
-        reportgen.generate(root)
+        root = Path(tmp) / "pkg"
         start = time.perf_counter()
-        files = sum(len(f) for _, _, f in os.walk(root))
-        walk = time.perf_counter() - start
-        # The command first, while this process holds nothing of the package; --repeat times,
-        # the median the figure (this shared machine swings by a tenth from run to run).
-        commands = []
-        for _ in range(opts.repeat):
-            start = time.perf_counter()
-            cli = subprocess.run([str(Path(sys.executable).parent / "mlpstorage"), "validate", str(root)],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            commands.append(time.perf_counter() - start)
-            if cli.returncode not in (0, 1):
-                sys.exit(f"mlpstorage validate exited {cli.returncode}: {cli.stderr.strip()[-500:]}")
-        command = median(commands)
-        start = time.perf_counter()
-        pkg, findings = checker.validate(root)
-        took = time.perf_counter() - start
-        leaves = len(pkg.leaves)
-        del pkg
-    invalid = sum(f.severity == "INVALID" for f in findings)
-    print(f"{leaves} leaves ({systems} systems, {files} files): validate {took:.2f} s "
-          f"({leaves / took:,.0f} leaves/s), {invalid} invalid findings")
-    print(f"mlpstorage validate (the command, output included): {command:.2f} s "
-          f"(median of {len(commands)}: {', '.join(f'{c:.2f}' for c in commands)})")
-    print(f"os.walk of the same tree: {walk:.2f} s; validate / walk = {took / walk:.1f}x")
+        systems, leaves = build(root, opts.leaves)
+        made = run_once(argv_of("reportgen", root))  # the rollups the replicated systems need
+        if made.rc != 0:
+            sys.exit(f"mlpstorage reports reportgen exited {made.rc}: {made.stderr.strip()[-800:]}")
+        print(f"tree: {leaves} leaves ({systems} systems) in {tmp} built in {time.perf_counter() - start:.0f} s; "
+              f"{cores} core(s) usable, load average {os.getloadavg()[0]:.2f}", flush=True)
+        floors = [floor(root) for _ in range(opts.repeat)]
+        bare, walk = median(f[0] for f in floors), median(f[1] for f in floors)
+        files, size = floors[0][2], floors[0][3]
+        print(f"bare floor (os.walk + one read of every file): {bare:.2f} s "
+              f"({files} files, {size / 2**20:.0f} MiB; median of {len(floors)})")
+        print(f"os.walk of the same tree: {walk:.2f} s")
+        for command in opts.commands:
+            runs = measure(command, root, opts.repeat)
+            secs = median(r.seconds for r in runs)
+            rss = max(r.maxrss_kib for r in runs) / 1024
+            label = {"validate": "mlpstorage validate (the command, output included)",
+                     "status": "mlpstorage status (the command, output included)",
+                     "reportgen": "mlpstorage reports reportgen (the command)"}[command]
+            print(f"{label}: {secs:.2f} s (median of {len(runs)}: {', '.join(f'{r.seconds:.2f}' for r in runs)}); "
+                  f"{secs / bare:.1f}x the floor; peak RSS {rss:.0f} MiB; "
+                  f"CPU {median(r.cpu for r in runs):.2f} s (user+sys)", flush=True)
+        # the floor again: a figure next to a floor that moved (the machine got busier) is suspect
+        after = floor(root)[0]
+        print(f"bare floor after the commands: {after:.2f} s")
 
 
 if __name__ == "__main__":
