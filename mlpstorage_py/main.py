@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Any
 
-from mlpstorage_py.cli.dispatch import parse, reads_package, run
+from mlpstorage_py.cli.dispatch import parse, run
 from mlpstorage_py.errors import Interrupted, MlpsError
 
 
@@ -25,11 +25,7 @@ def _prints_only(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return _main(argv)[0]
-
-
-def _main(argv: list[str] | None) -> tuple[int, bool]:
-    """The exit code, and whether the command read a whole package (console() then skips teardown)."""
+    """The exit code of one command line."""
     started = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -38,45 +34,32 @@ def _main(argv: list[str] | None) -> tuple[int, bool]:
 
         setup_console(debug=debug, verbose="--verbose" in argv)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    reader = False
     try:
-        args = parse(argv)
-        reader = reads_package(args)
-        return run(args, argv, started), reader
+        return run(parse(argv), argv, started)
     except KeyboardInterrupt:
         print("mlpstorage: interrupted", file=sys.stderr)
-        return Interrupted.exit_code, reader
+        return Interrupted.exit_code
     except BrokenPipeError:  # `mlpstorage validate | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0, reader
+        return 0
     except MlpsError as exc:
         if debug:
             traceback.print_exc()
         print(f"mlpstorage: error: {exc}", file=sys.stderr)
-        return exc.exit_code, reader
+        return exc.exit_code
     except Exception as exc:  # an unexpected bug still ends in one line and a non-zero code
         if debug:
             traceback.print_exc()
         print(f"mlpstorage: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
               file=sys.stderr)
-        return 1, reader
+        return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def console() -> None:
-    """The installed `mlpstorage` command: main(), then exit. After a package reader the
-    interpreter's teardown (freeing every object of a 10,000-leaf package, a second or more) is
-    skipped once the output is flushed; nothing of ours runs at exit for those commands."""
-    code, reader = _main(None)
-    if reader:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except OSError:  # a reader that went away (`| head`): what it wanted was written
-                pass
-        os._exit(code)
-    sys.exit(code)
+    """The installed `mlpstorage` command: main(), then exit with its code."""
+    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 from mlpstorage_py.cli import build_parser
 from mlpstorage_py.cli.command import Command
 from mlpstorage_py.cli.common import MODES
-from mlpstorage_py.cli.dispatch import parse, reads_package
+from mlpstorage_py.cli.dispatch import parse
 from mlpstorage_py.cli.table import COMMANDS
 
 
@@ -34,12 +34,3 @@ def test_every_utility_parser_is_one_table_entry() -> None:
     assert set(leaves) == set(entries)
     for path, parser in leaves.items():
         assert parser.get_default("_command") is entries[path]
-
-
-@pytest.mark.parametrize("argv, reader", [
-    (["validate", "--list-rules"], True), (["reports", "reportgen"], True), (["status"], True),
-    (["reports", "html"], False), (["runs", "list"], False), (["submit"], False), (["version"], False),
-    (["config", "path"], False),
-])
-def test_the_entry_says_whether_a_command_reads_a_package(argv: list[str], reader: bool) -> None:
-    assert reads_package(parse(argv)) is reader

@@ -55,7 +55,6 @@ class Command(NamedTuple):
     arguments: Arguments = no_arguments
     description: str | None = None
     flags: str = RESULTS
-    reads_package: bool = False  # it reads a whole package: run with the cyclic collector paused
 
     def add_to(self, subparsers: Any) -> None:
         """Its parser, with the shared flags where they have always been in its usage line."""
@@ -71,14 +70,8 @@ class Command(NamedTuple):
         parser.set_defaults(_command=self)
 
     def run(self, args: Args) -> int:
-        """The handler's exit code. A package reader runs with the collector paused (collector.py),
-        as do the checker's forked workers, which inherit it."""
-        if not self.reads_package:
-            return self.handler(args)
-        from mlpstorage_py import collector
-
-        with collector.paused():
-            return self.handler(args)
+        """The handler's exit code."""
+        return self.handler(args)
 
 
 def results_dir(args: Args) -> Path:

@@ -41,12 +41,6 @@ def parse(argv: list[str]) -> dict[str, Any]:
     return args
 
 
-def reads_package(args: dict[str, Any]) -> bool:
-    """Whether the parsed command is one that reads a whole package (its table entry says)."""
-    command = args.get("_command")
-    return bool(command and command.reads_package)
-
-
 def run(args: dict[str, Any], argv: list[str], started: float) -> int:
     """Run the parsed command: a utility command's handler, else the benchmark; its exit code."""
     command = args.get("_command")

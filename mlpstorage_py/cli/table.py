@@ -17,13 +17,11 @@ COMMANDS: tuple[Group | Command, ...] = (
             flags=DEBUG),
     Command(("validate",), "check a results tree or submission package against the rules", utility.validate,
             utility.validate_arguments,
-            description="Check a package against the rules; exit 0 when nothing fails, 1 otherwise.",
-            reads_package=True),
+            description="Check a package against the rules; exit 0 when nothing fails, 1 otherwise."),
     Group("reports", "aggregate results: `reports reportgen`, `reports html`"),
     Command(("reports", "reportgen"), "write the results tables, public IDs and submission.yaml", utility.reportgen,
             description="Compute each result's figures by the rules into results.json, the organization's "
-                        "results.json/results.csv rollups with pinned Public IDs, and submission.yaml.",
-            reads_package=True),
+                        "results.json/results.csv rollups with pinned Public IDs, and submission.yaml."),
     Command(("reports", "html"), "write one self-contained HTML page of the tree: figures, plots, findings",
             utility.reports_html, utility.html_arguments,
             description="Per result: the figures of its results.json (run reportgen first), plots of its runs and "
@@ -54,7 +52,7 @@ COMMANDS: tuple[Group | Command, ...] = (
             description="One row per result (division, organization, system, benchmark, model): run leaves present "
                         "/ required, the checker's INVALID and WARNING counts, missing system paperwork, and a "
                         "verdict: short, invalid, paperwork or ready.",
-            flags=TREE, reads_package=True),
+            flags=TREE),
     Command(("submit",), "regenerate the rollups, validate, and write the submission tarball", submission.submit,
             submission.submit_arguments,
             description="Regenerate the rollups (reportgen), run the checker and, only when nothing is INVALID, "
