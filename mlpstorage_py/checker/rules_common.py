@@ -123,7 +123,7 @@ def vdb_checksum(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 def _unparsed_stamp(leaf: Leaf) -> str | None:
     """Why a provenance.json file (or link) cannot be read; a directory of that name is no
     stamp at all: it reads as absent."""
-    if files.kind_of(leaf.path / "provenance.json") not in (files.FILE, files.LINK):
+    if leaf.record("provenance").kind not in (files.FILE, files.LINK):
         return None
     return leaf.broken("provenance")
 

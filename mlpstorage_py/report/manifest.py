@@ -6,12 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
-from mlpstorage_py.results.tree.package import Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.rules_common import section
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 
 SCHEMA = "mlps-submission-manifest/1"
+
+
+def stamped(leaf: Leaf) -> bool:
+    """Whether the leaf holds a provenance stamp, readable or not (a file or link named
+    provenance.json; a directory of that name is none): an unreadable one still says the leaf
+    was stamped, and its tool version and DLIO commit are then unknown."""
+    return leaf.record("provenance").kind in (files.FILE, files.LINK)
 
 
 def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
@@ -32,14 +40,14 @@ def leaf_entries(pkg: Package, division: str, org: str) -> list[dict[str, Any]]:
             "rules_edition": leaf.stamped_edition,
             "core_config_hash": str(section(stamp, "core_config").get("hash", "unknown")),
             "code_image": (leaf.pointer or "unknown").strip(),
-            "stamp": f"{path}/provenance.json" if leaf.provenance else "derived",
+            "stamp": f"{path}/provenance.json" if stamped(leaf) else "derived",
         })
     return entries
 
 
 def build(pkg: Package, division: str, org: str, org_dir: Path) -> dict[str, Any]:
     leaves = leaf_entries(pkg, division, org)
-    stamps = [leaf.provenance for leaf in pkg.leaves if (leaf.division, leaf.org) == (division, org) and leaf.provenance]
+    stamps = [leaf.provenance or {} for leaf in pkg.leaves if (leaf.division, leaf.org) == (division, org) and stamped(leaf)]
     systems = sorted(p.name for p in (org_dir / "systems").glob("*")) if (org_dir / "systems").is_dir() else []
     images = sorted({e["code_image"] for e in leaves if e["code_image"] != "unknown"})
     return {

@@ -29,12 +29,16 @@ __all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Packag
 @dataclass(frozen=True)
 class Record:
     """One file read back: `value` when it was read, else `problem` says why not (missing,
-    a link, not a file, not UTF-8, not valid JSON, not an object). `path` is the file, or None
-    when there is none."""
+    a link, not a file, not UTF-8, not valid JSON, not an object). `path` is the entry, or None
+    when there is none; `kind` what the entry is (files.FILE, LINK, DIR, OTHER; None: missing)."""
     value: Any
     problem: str | None
     path: Path | None
-    missing: bool = False
+    kind: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.kind is None
 
     @property
     def ok(self) -> bool:
@@ -45,17 +49,17 @@ def read_object(path: Path) -> Record:
     """A JSON file that must hold an object, read through the tree's one reading."""
     name, kind = path.name, files.kind_of(path)
     if kind is None:
-        return Record(None, f"{name} is missing", None, missing=True)
+        return Record(None, f"{name} is missing", None)
     if kind == files.LINK:
-        return Record(None, f"{name} is a symbolic link (not followed)", path)
+        return Record(None, f"{name} is a symbolic link (not followed)", path, kind)
     if kind != files.FILE:
-        return Record(None, f"{name} is a {kind}, not a file", path)
+        return Record(None, f"{name} is a {kind}, not a file", path, kind)
     data, problem = files.load_strict_json(path)
     if problem:
-        return Record(None, problem, path)
+        return Record(None, problem, path, kind)
     if not isinstance(data, dict):
-        return Record(None, f"{name} is not a JSON object", path)
-    return Record(data, None, path)
+        return Record(None, f"{name} is not a JSON object", path, kind)
+    return Record(data, None, path, kind)
 
 
 @functools.cache
@@ -109,7 +113,7 @@ class Leaf:
             found = next((name for name in names if any(m(name) for m in matches)), None)
             if found is not None:
                 return read_object(files.child(self.path, found))
-        return Record(None, spec["missing"], None, missing=True)
+        return Record(None, spec["missing"], None)
 
     def json_object(self, name: str) -> Record:
         """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json)."""
