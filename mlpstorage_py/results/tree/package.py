@@ -68,6 +68,15 @@ def _glob_pattern(pattern: str) -> Callable[[str], re.Match | None]:
     return re.compile(translate(pattern)).match
 
 
+@functools.cache
+def _record_patterns(kind: str, benchmark: str) -> tuple[Callable[[str], re.Match | None], ...]:
+    """The name tests of a record kind, in the order they are tried: its names, then (for a
+    benchmark that has them) the older names; one compiled alternation each."""
+    spec = layout.record_kinds()[kind]
+    sets = (spec["names"], (spec.get("older") or {}).get(benchmark) or ())
+    return tuple(re.compile("|".join(f"(?:{translate(p)})" for p in patterns)).match for patterns in sets if patterns)
+
+
 @dataclass(eq=False)
 class Leaf:
     """A timestamp directory: one invocation's records."""
@@ -78,14 +87,15 @@ class Leaf:
     benchmark: str
     parts: tuple[str, ...]  # the directory names between the benchmark directory and the leaf
     package: "Package | None" = field(default=None, repr=False)
+    # From the layout table, once: every check the runner offers a leaf asks for them.
+    model: str = field(init=False)
+    command: str = field(init=False)
+    _records: dict[str, Record] = field(init=False, default_factory=dict, repr=False)
 
-    @property
-    def model(self) -> str:
-        return self.parts[layout.benchmarks()[self.benchmark]["model_at"] - 1]
-
-    @property
-    def command(self) -> str:
-        return self.parts[-1] if "{command}" in layout.benchmarks()[self.benchmark]["tail"] else "run"
+    def __post_init__(self) -> None:
+        spec = layout.benchmarks()[self.benchmark]
+        self.model = self.parts[spec["model_at"] - 1]
+        self.command = self.parts[-1] if "{command}" in spec["tail"] else "run"
 
     @functools.cached_property
     def workload_dir(self) -> Path:
@@ -100,20 +110,18 @@ class Leaf:
 
     def record(self, kind: str) -> Record:
         """A record the layout table names (metadata, summary, fs_separation, provenance)."""
-        cache = self.__dict__.setdefault("_records", {})
-        if kind not in cache:
-            cache[kind] = self._read(kind)
-        return cache[kind]
+        found = self._records.get(kind)
+        if found is None:
+            found = self._records[kind] = self._read(kind)
+        return found
 
     def _read(self, kind: str) -> Record:
-        spec = layout.record_kinds()[kind]
         names = files.names(self.path)
-        for patterns in (spec["names"], (spec.get("older") or {}).get(self.benchmark) or ()):
-            matches = [_glob_pattern(p) for p in patterns]
-            found = next((name for name in names if any(m(name) for m in matches)), None)
+        for matches in _record_patterns(kind, self.benchmark):
+            found = next((name for name in names if matches(name)), None)
             if found is not None:
                 return read_object(files.child(self.path, found))
-        return Record(None, spec["missing"], None)
+        return Record(None, layout.record_kinds()[kind]["missing"], None)
 
     def json_object(self, name: str) -> Record:
         """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json)."""
@@ -254,7 +262,8 @@ class Leaf:
 
     def forget(self) -> None:
         """Drop what was read for this leaf; asked again, it is read again."""
-        for name in ("_records", "_objects", "pointer", "workload_config", "utc_offset", "end_local"):
+        self._records.clear()
+        for name in ("_objects", "pointer", "workload_config", "utc_offset", "end_local"):
             self.__dict__.pop(name, None)
 
 
