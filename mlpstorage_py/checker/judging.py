@@ -11,10 +11,31 @@ its filter from these functions and says why.
 
 from __future__ import annotations
 
+import functools
+import weakref
+from typing import Callable, TypeVar
+
 from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
 from mlpstorage_py.rules import tables
 
 Unit = Leaf | Result | System
+U = TypeVar("U")
+T = TypeVar("T")
+
+
+def per_unit(func: Callable[[U], T]) -> Callable[[U], T]:
+    """Remember func's answer for the last unit asked (held weakly): a unit's checks run one
+    after another, and several ask the same fixed fact of it, so it is worked out once."""
+    last: list = [None, None]  # weakref to the unit, its answer
+
+    @functools.wraps(func)
+    def asked(unit: U) -> T:
+        ref, answer = last
+        if ref is None or ref() is not unit:
+            answer = func(unit)
+            last[0], last[1] = weakref.ref(unit), answer
+        return answer
+    return asked
 
 
 def package_of(unit: Unit) -> Package:
@@ -50,6 +71,7 @@ def judged_system(system: System) -> bool:
     return not system.name.startswith(".") and bool(checker_block(system))
 
 
+@per_unit
 def judged(unit: Leaf | Result) -> dict:
     """The checker block that judges a leaf or result, {} when the rules pass it by: its
     edition is not checkable, its system directory is dot-prefixed or its model is not one the

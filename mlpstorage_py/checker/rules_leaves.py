@@ -13,6 +13,7 @@ reported by 2.1.11/2.1.21 alone): judging.judged is that filter, for a result or
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Iterable
@@ -148,31 +149,60 @@ def checkpointing_gap(r: Rule, result: Result) -> Iterable[Finding]:
         yield from _gaps(r, result.leaves)
 
 
+class _Required:
+    """A checker block's list of required-file patterns, compiled once, with the answer for
+    each name already asked: leaves repeat the same few names, so most are looked up, not searched."""
+
+    MEMO_LIMIT = 1 << 14  # names remembered; a name that embeds the leaf's time is seen once
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.patterns = patterns
+        self.searches = [re.compile(p).search for p in patterns]
+        self.memo: dict[str, tuple[int, ...]] = {}
+
+    def matching(self, name: str) -> tuple[int, ...]:
+        """The indices of the patterns the name matches."""
+        found = self.memo.get(name)
+        if found is None:
+            if len(self.memo) >= self.MEMO_LIMIT:
+                self.memo.clear()
+            found = self.memo[name] = tuple(i for i, search in enumerate(self.searches) if search(name))
+        return found
+
+
+@functools.cache
+def _required(patterns: tuple[str, ...]) -> _Required:
+    return _Required(patterns)
+
+
 def _leaf_files(r: Rule, unit: Leaf, kind: str) -> Iterable[Finding]:
     """The files and folders the checker block lists for a judged leaf of one kind (datagen, run,
     checkpoint): 2.1.14, 2.1.19 and 2.1.25 differ only in the lists they read."""
     block = judged(unit)
     if not block:
         return
-    leaf, patterns, folders = unit.path, block[f"{kind}_required_files"], block[f"{kind}_required_folders"]
+    leaf, required, folders = unit.path, _required(tuple(block[f"{kind}_required_files"])), block[f"{kind}_required_folders"]
     listing = names(leaf)
-    for pattern in patterns:
-        search = re.compile(pattern).search
-        matched = [(n, k) for n, k in listing.items() if search(n)]
-        files = [(n, child(leaf, n)) for n, k in matched if k == FILE]
+    matched: list[list[tuple[str, str]]] = [[] for _ in required.patterns]
+    for name, what in listing.items():
+        for i in required.matching(name):
+            matched[i].append((name, what))
+    for pattern, hits in zip(required.patterns, matched):
+        files = [name for name, what in hits if what == FILE]
         if not files:
-            why = f"{matched[0][0]} is a {matched[0][1]}, not a file" if matched else f"no file matching {pattern!r}"
+            why = f"{hits[0][0]} is a {hits[0][1]}, not a file" if hits else f"no file matching {pattern!r}"
             yield r.invalid(leaf, why)
             continue
         if pattern.endswith(r"json$"):
-            for name, path in files:
+            for name in files:
+                path = child(leaf, name)
                 data, problem = load_json(path)
                 if problem is None and not isinstance(data, dict):
                     problem = f"{name} is not a JSON object"
                 if problem:
                     yield r.invalid(path, problem)
     for folder in folders:
-        if not real_dir(leaf / folder):
+        if listing.get(folder) != DIR:
             yield r.invalid(leaf, f"no {folder}/ subdirectory")
 
 
@@ -183,11 +213,11 @@ def _dlio_config(r: Rule, unit: Leaf, parent: str) -> Iterable[Finding]:
     if not block:
         return
     leaf, expected = unit.path, block["dlio_config_files"]
-    folder = leaf / "dlio_config"
-    if not real_dir(folder):
+    if names(leaf).get("dlio_config") != DIR:
         # the missing folder is reported once, by the files rule that requires it (2.1.14, 2.1.19, 2.1.25)
         yield r.info(leaf, f"not checked: no dlio_config/ subdirectory (reported under {parent})")
         return
+    folder = child(leaf, "dlio_config")
     content = {n: (k, p) for n, k, p in visible(folder)}
     for name in expected:
         kind, path = content[name] if name in content else (None, folder / name)
@@ -283,9 +313,9 @@ def checkpointing_dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 
 def _dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
-    path = leaf.path / "dlio.log"
-    if kind_of(path) is None:
+    if "dlio.log" not in names(leaf.path):
         return  # reported as a missing file by 2.1.14, 2.1.19 or 2.1.25
+    path = child(leaf.path, "dlio.log")
     text, problem = read_text(path, LOG_READ_LIMIT)
     if problem:
         yield r.invalid(path, problem)

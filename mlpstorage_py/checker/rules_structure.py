@@ -12,7 +12,6 @@ the package checks, which read listings and descriptions only.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from typing import Any, Iterable, Iterator
 from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
 from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
+from mlpstorage_py.checker import judging
 from mlpstorage_py.checker.judging import checker_block, families, judged_system, sanctioned
 from mlpstorage_py.checker.registry import LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
@@ -363,7 +363,19 @@ def _written_under(path: Any, leaf: Leaf) -> tuple[str, str] | None:
     return None
 
 
-@functools.lru_cache(maxsize=1)  # 2.1.4 and 2.1.8 ask in turn of each leaf: read once
+def _hydra_head(leaf: Leaf) -> str | None:
+    """The head of dlio_config/hydra.yaml. A judged DLIO leaf's whole file is read anyway (2.1.15,
+    2.1.20, 2.1.26 parse it), so it is read once, whole, and cut; of any other leaf only the head."""
+    if names(leaf.path).get("dlio_config") != DIR:
+        return None
+    path = child(child(leaf.path, "dlio_config"), "hydra.yaml")
+    if leaf.benchmark in ("training", "checkpointing") and judging.judged(leaf):
+        text, _ = read_text(path)
+        return text[:HYDRA_HEAD] if text is not None else None
+    return read_text(path, limit=HYDRA_HEAD)[0]
+
+
+@judging.per_unit  # 2.1.4 and 2.1.8 ask in turn of each leaf: read once
 def _recorded_names(leaf: Leaf) -> tuple[dict[str, str], dict[str, str]]:
     """({source: org}, {source: system}) the run recorded: its metadata's args.systemname and
     result_dir, and Hydra's run.dir in dlio_config/hydra.yaml, which the reference writes for
@@ -375,9 +387,7 @@ def _recorded_names(leaf: Leaf) -> tuple[dict[str, str], dict[str, str]]:
         if isinstance(args, dict) and isinstance(args.get(key), str) and args[key].strip():
             systems[f"args.{key}"] = args[key].strip()
             break
-    head, _ = read_text(leaf.path / "dlio_config" / "hydra.yaml", limit=HYDRA_HEAD) \
-        if real_dir(leaf.path / "dlio_config") else (None, None)
-    run_dir = HYDRA_RUN_DIR.search(head or "")
+    run_dir = HYDRA_RUN_DIR.search(_hydra_head(leaf) or "")
     for source, path in (("result_dir", dig(leaf.metadata, "result_dir")),
                          ("dlio_config/hydra.yaml run.dir", run_dir.group(1).strip("'\"") if run_dir else None)):
         named = _written_under(path, leaf)
