@@ -56,6 +56,7 @@ not_applicable("2.1.24a", "grants permission to delete runs; what remains is che
 not_applicable("2.1.27", "a picture of the hierarchy the other 2.1.x rules state")
 
 
+@judging.per_unit  # 1.1, 1.2 and 2.1.9 ask in turn
 def judged(leaf: Leaf) -> bool:
     """judging.judged as sections 1 and 2 read a leaf's place: by the directory right under its
     benchmark directory (a vector database's engine, which the edition sanctions, where
