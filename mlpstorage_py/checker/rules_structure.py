@@ -276,7 +276,10 @@ def open_subdirectories(r: Rule, pkg: Package) -> Iterable[Finding]:
     yield from _submitter_dirs(r, pkg, "open")
 
 
-@rule("2.1.7", "systemsDirectoryFiles").check(PACKAGE)
+SYSTEMS_FILES = rule("2.1.7", "systemsDirectoryFiles")
+
+
+@SYSTEMS_FILES.check(PACKAGE)
 def systems_files(r: Rule, pkg: Package) -> Iterable[Finding]:
     """systems/ holds a <name>.yaml and a <name>.pdf per system, Markdown, and nothing else; each
     description has the published shape (system_schema)."""
@@ -284,29 +287,54 @@ def systems_files(r: Rule, pkg: Package) -> Iterable[Finding]:
         systems = org_dir / "systems"
         if not real_dir(systems):
             continue
-        stems: dict[str, set[str]] = {}
         for name, kind, path in visible(systems):
             stem, dot, ext = name.rpartition(".")
-            if kind == FILE and dot and ext == "md":
-                continue
-            if kind == FILE and dot and ext in ("yaml", "pdf"):
-                stems.setdefault(stem, set()).add(ext)
+            if kind == FILE and dot and ext in ("md", "yaml", "pdf"):
                 continue
             if kind != LINK:
                 yield r.invalid(path, f"unexpected {kind} {name!r} in systems/ (only <system>.yaml, <system>.pdf and *.md)")
-        for stem, exts in sorted(stems.items()):
+        walked = {s.name for s in pkg.systems if (s.division, s.org) == (division, org)}
+        for stem, exts in sorted(_described_stems(systems).items()):
             for missing in sorted({"yaml", "pdf"} - exts):
                 yield r.invalid(systems / f"{stem}.{missing}", f"system {stem} has no {stem}.{missing}")
-            if "yaml" in exts:
-                data, problem, path = pkg.system_description(division, org, stem)
-                if problem:
-                    yield r.invalid(path, f"system description does not parse: {problem}")
-                else:
-                    yield from description_shape(r, path)
-            if "pdf" in exts:
-                head, problem = read_text(systems / f"{stem}.pdf", 8)
-                if problem is None and not head.startswith("%PDF"):
-                    yield r.invalid(systems / f"{stem}.pdf", f"{stem}.pdf is not a PDF document")
+            if stem not in walked:  # a walked system's own files are its system check's
+                yield from _description_files(r, pkg, division, org, stem, exts)
+
+
+@SYSTEMS_FILES.check(SYSTEM)
+def system_files(r: Rule, system: System) -> Iterable[Finding]:
+    """A system's own description and PDF, checked with the system (its workers parse the
+    description anyway), not once more for the whole package."""
+    systems = system.path.parent.parent / "systems"
+    if real_dir(systems):
+        exts = _described_stems(systems).get(system.name)
+        if exts:
+            yield from _description_files(r, system.package, system.division, system.org, system.name, exts)
+
+
+def _described_stems(systems: Path) -> dict[str, set[str]]:
+    """{stem: {"yaml", "pdf"} present} of the regular files of systems/."""
+    stems: dict[str, set[str]] = {}
+    for name, kind, _ in visible(systems):
+        stem, dot, ext = name.rpartition(".")
+        if kind == FILE and dot and ext in ("yaml", "pdf"):
+            stems.setdefault(stem, set()).add(ext)
+    return stems
+
+
+def _description_files(r: Rule, pkg: Package, division: str, org: str, stem: str, exts: set[str]) -> Iterable[Finding]:
+    """A described system's <stem>.yaml parses with the published shape; its <stem>.pdf is a PDF."""
+    if "yaml" in exts:
+        data, problem, path = pkg.system_description(division, org, stem)
+        if problem:
+            yield r.invalid(path, f"system description does not parse: {problem}")
+        else:
+            yield from description_shape(r, path)
+    if "pdf" in exts:
+        pdf = pkg.root / division / org / "systems" / f"{stem}.pdf"
+        head, problem = read_text(pdf, 8)
+        if problem is None and not head.startswith("%PDF"):
+            yield r.invalid(pdf, f"{stem}.pdf is not a PDF document")
 
 
 RESULTS_SYSTEMS = rule("2.1.8", "resultsDirectorySystems")

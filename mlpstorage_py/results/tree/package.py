@@ -408,7 +408,9 @@ class Package:
     @functools.cached_property
     def result_names(self) -> dict[str, str]:
         """{path: name relative to the root} of the workload directories holding leaves, in order."""
-        return {str(r): self.relative(r) for r in sorted({leaf.workload_dir for leaf in self.leaves})}
+        found = {str(leaf.workload_dir) for leaf in self.leaves}
+        # Path order (part by part), without making 20,000 Paths compare at 100,000 leaves.
+        return {path: self.relative(path) for path in sorted(found, key=lambda path: path.split("/"))}
 
     def results(self) -> list[Path]:
         """Workload directories holding leaves (Rules 1.3 results), in order."""
