@@ -21,10 +21,10 @@ from typing import Iterable
 from mlpstorage_py.results.tree.files import (
     DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
 from mlpstorage_py.results.tree.layout import TIMESTAMP
-from mlpstorage_py.results.tree.package import Leaf, Result, System
+from mlpstorage_py.results.tree.package import Leaf, Phase, Result, System
 from mlpstorage_py.results.tree.values import leaf_time
 from mlpstorage_py.checker.judging import judged, judged_system, sanctioned
-from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, rule
+from mlpstorage_py.checker.registry import LEAF, PHASE, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_structure import only_sanctioned
 
 PHASES = ("datasize", "datagen", "run")
@@ -135,11 +135,11 @@ def _gaps(r: Rule, leaves: list[Leaf]) -> Iterable[Finding]:
                                          f"ended, not less than one run ({longest.total_seconds():,.0f} s): runs are not consecutive")
 
 
-@rule("2.1.18", "runTimestampGap").check(RESULT, benchmark="training")
-def run_gap(r: Rule, result: Result) -> Iterable[Finding]:
+@rule("2.1.18", "runTimestampGap").check(PHASE, benchmark="training", command="run")
+def run_gap(r: Rule, phase: Phase) -> Iterable[Finding]:
     """Consecutive training runs leave less than one run's duration between them."""
-    if judged(result):
-        yield from _gaps(r, result.phase("run"))
+    if judged(phase.result):
+        yield from _gaps(r, phase.leaves)
 
 
 @rule("2.1.24", "checkpointingTimestampGap").check(RESULT, benchmark="checkpointing")
