@@ -25,12 +25,10 @@ def status(args: Args) -> int:
     """Print the table (or JSON). Informational: exit 0 whatever the verdicts (submit is the gate)."""
     import json
 
-    from mlpstorage_py import checker
     from mlpstorage_py.submission import status as report
 
     root = tree(args)
-    pkg, findings = checker.validate(root)
-    table = report.rows(pkg, findings)
+    table = report.table(root)
     if args.get("json"):
         print(json.dumps({"root": str(root), "results": table}, indent=2))
     else:

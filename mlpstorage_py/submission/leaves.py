@@ -99,20 +99,29 @@ class Result:
 
 
 def results(pkg: Package) -> list[Result]:
-    """Every result of the tree with its leaves' states; ok run leaves past the required are extra."""
-    grouped: dict[Path, Result] = {}
-    for leaf in sorted(pkg.leaves, key=lambda l: (str(l.workload_dir), PHASES.get(l.command, 0), l.path.name)):
-        result = grouped.setdefault(leaf.workload_dir, Result(leaf.division, leaf.org, leaf.system, leaf.benchmark,
-                                                              leaf.model, leaf.workload_dir))
-        result.leaves.append((leaf, *state(leaf)))
-    for result in grouped.values():
-        required, counted = result.required, 0
-        for i, (leaf, status, why) in enumerate(result.leaves):
-            if leaf.command == "run" and status == OK:
-                counted += 1
-                if counted > required:
-                    result.leaves[i] = (leaf, EXTRA, f"ok, beyond the {required} run(s) a result counts")
-    return sorted(grouped.values(), key=lambda r: (r.division, r.org, r.system, r.benchmark, r.model))
+    """Every result of the tree with its leaves' states (result_of), in (division, org, system,
+    benchmark, model) order."""
+    grouped: dict[Path, list[Leaf]] = {}
+    for leaf in pkg.leaves:
+        grouped.setdefault(leaf.workload_dir, []).append(leaf)
+    found = [result_of(leaves) for _, leaves in sorted(grouped.items(), key=lambda item: str(item[0]))]
+    return sorted(found, key=lambda r: (r.division, r.org, r.system, r.benchmark, r.model))
+
+
+def result_of(leaves: list[Leaf]) -> Result:
+    """One result from its leaves (one workload directory, in listing order): each with its state,
+    datasize, datagen then run, by name; ok run leaves past the required are extra."""
+    ordered = sorted(leaves, key=lambda l: (PHASES.get(l.command, 0), l.path.name))
+    first = ordered[0]
+    result = Result(first.division, first.org, first.system, first.benchmark, first.model, first.workload_dir,
+                    [(leaf, *state(leaf)) for leaf in ordered])
+    required, counted = result.required, 0
+    for i, (leaf, status, why) in enumerate(result.leaves):
+        if leaf.command == "run" and status == OK:
+            counted += 1
+            if counted > required:
+                result.leaves[i] = (leaf, EXTRA, f"ok, beyond the {required} run(s) a result counts")
+    return result
 
 
 def placeholders(root: Path, division: str, org: str, system: str) -> list[str]:

@@ -17,32 +17,66 @@ checker reports them: run `mlpstorage reports reportgen` (submit does) to refres
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mlpstorage_py import checker
+from mlpstorage_py.checker import runner, workers
 from mlpstorage_py.checker.kv_failures import partial_failure
+from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Finding, Rule
+from mlpstorage_py.errors import ConfigurationError
+from mlpstorage_py.results.tree import package as tree
 from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
-from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, results
+from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, result_of
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
 SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
 CHECKPOINT_SYSTEM_RULES = ("4.7.3", "4.7.4")  # the description's capability fields, for checkpointing
+# Not registered: it rides along validate's walk (no finding, no entry in --list-rules) and notes
+# each result's part of the table while validate holds its records, so the package is read once.
+READING = Rule("status", "the status table's per-result reading")
 
 
-def _paperwork(pkg: Package, result: Result, findings: list[Finding]) -> list[str]:
+@READING.check(RESULT)
+def _note(rule: Rule, unit: tree.Result) -> Iterator[Finding]:
+    """A result's row, findings aside, noted for the parent (a worker's records are released after)."""
+    if unit.leaves:
+        rule.note(unit.system.package, _reading(unit.system.package, result_of(unit.leaves)))
+    return iter(())
+
+
+def _reading(pkg: Package, result: Result) -> dict[str, Any]:
+    return {"division": result.division, "organization": result.org, "system": result.system,
+            "benchmark": result.benchmark, "model": result.model,
+            "result": result.workload.relative_to(pkg.root).as_posix(),
+            "runs_present": result.present, "runs_required": result.required,
+            "partial_failures": _partial_failures(result),
+            "leaves": [{"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why}
+                       for leaf, state, why in result.leaves]}
+
+
+def table(root: Path) -> list[dict[str, Any]]:
+    """One row per result, with its leaves (for --runs and --json): validate's walk (as
+    checker.validate runs it) with READING alongside, then the findings counted per result."""
+    pkg = Package.load(root)
+    rules = [*RULES.values(), READING]
+    pool = workers.workers_here() if len(pkg.leaves) >= checker.POOL_MIN_LEAVES else 0
+    found = workers.check(pkg, rules, pool) if pool > 1 else runner.check_package(pkg, pkg.systems, rules)
+    crashed = found.pop(READING.number)  # Rule.run made a finding of it: never a row silently left out
+    if crashed:
+        raise ConfigurationError(f"status cannot read the result of {crashed[0].path}: {crashed[0].message}")
+    return rows(pkg, checker._in_order(pkg, found), READING.notes(pkg))
+
+
+def _paperwork(pkg: Package, row: dict[str, Any], described: dict[tuple[Path, str], list[Finding]]) -> list[str]:
     """The checker's INVALID findings on this system's description files that the result depends on."""
-    systems = pkg.root / result.division / result.org / "systems"
-    rules = SYSTEM_RULES + (CHECKPOINT_SYSTEM_RULES if result.benchmark == "checkpointing" else ())
-    found = []
-    for f in findings:
-        path = Path(f.path)
-        if f.severity == INVALID and f.rule in rules and path.parent == systems and path.stem == result.system:
-            found.append(f"{f.rule}: {f.message}")
-    left = placeholders(pkg.root, result.division, result.org, result.system)
+    systems = pkg.root / row["division"] / row["organization"] / "systems"
+    rules = SYSTEM_RULES + (CHECKPOINT_SYSTEM_RULES if row["benchmark"] == "checkpointing" else ())
+    found = [f"{f.rule}: {f.message}" for f in described.get((systems, row["system"]), []) if f.rule in rules]
+    left = placeholders(pkg.root, row["division"], row["organization"], row["system"])
     if left:
-        found.append(f"{result.system}.yaml: {len(left)} FILL IN placeholder(s) left (first: {left[0]})")
+        found.append(f"{row['system']}.yaml: {len(left)} FILL IN placeholder(s) left (first: {left[0]})")
     return sorted(set(found))
 
 
@@ -56,18 +90,23 @@ def _partial_failures(result: Result) -> list[str]:
     return found
 
 
-def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
-    """One row per result, with its leaves (for --runs and --json)."""
-    per_result: dict[str, list[Finding]] = {}
+def rows(pkg: Package, findings: list[Finding], readings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The noted readings in (division, org, system, benchmark, model) order, each with its
+    result's INVALID and WARNING counts, its paperwork and its verdict."""
+    per_result: dict[str, list[Finding]] = defaultdict(list)
+    described: dict[tuple[Path, str], list[Finding]] = defaultdict(list)  # (systems/, system) -> its findings
     for f in findings:
-        per_result.setdefault(pkg.result_of(f.path), []).append(f)
+        per_result[pkg.result_of(f.path)].append(f)
+        if f.severity == INVALID and f.rule in SYSTEM_RULES + CHECKPOINT_SYSTEM_RULES:
+            path = Path(f.path)
+            described[(path.parent, path.stem)].append(f)
     out = []
-    for result in results(pkg):
-        mine = per_result.get(result.workload.relative_to(pkg.root).as_posix(), [])
+    for reading in sorted(readings, key=lambda r: (r["division"], r["organization"], r["system"], r["benchmark"],
+                                                     r["model"], r["result"])):
+        mine = per_result.get(reading["result"], [])
         invalid = sum(f.severity == INVALID for f in mine)
-        warnings = sum(f.severity == WARNING for f in mine)
-        paperwork = _paperwork(pkg, result, findings)
-        if result.present < result.required:
+        paperwork = _paperwork(pkg, reading, described)
+        if reading["runs_present"] < reading["runs_required"]:
             verdict = SHORT
         elif invalid:
             verdict = INVALID_VERDICT
@@ -75,16 +114,11 @@ def rows(pkg: Package, findings: list[Finding]) -> list[dict[str, Any]]:
             verdict = PAPERWORK
         else:
             verdict = READY
-        out.append({
-            "division": result.division, "organization": result.org, "system": result.system,
-            "benchmark": result.benchmark, "model": result.model,
-            "result": result.workload.relative_to(pkg.root).as_posix(),
-            "runs_present": result.present, "runs_required": result.required,
-            "invalid": invalid, "warnings": warnings, "paperwork": paperwork, "verdict": verdict,
-            "partial_failures": _partial_failures(result),
-            "leaves": [{"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why}
-                       for leaf, state, why in result.leaves],
-        })
+        row = {key: reading[key] for key in ("division", "organization", "system", "benchmark", "model", "result",
+                                             "runs_present", "runs_required")}
+        row.update({"invalid": invalid, "warnings": sum(f.severity == WARNING for f in mine), "paperwork": paperwork,
+                    "verdict": verdict, "partial_failures": reading["partial_failures"], "leaves": reading["leaves"]})
+        out.append(row)
     return out
 
 
