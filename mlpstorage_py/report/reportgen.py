@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from mlpstorage_py.results.tree.package import Leaf, Package
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Leaf, Package, System
 from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
-from mlpstorage_py.report import figures, kv_rows, manifest, table
+from mlpstorage_py.report import figures, forked, kv_rows, manifest, table
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
@@ -22,13 +22,13 @@ from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, state
 PUBLIC_IDS = "public_ids.json"
 
 
-def _group(pkg: Package) -> dict[tuple[str, str, Path], list[Leaf]]:
-    """Run leaves per result: (division, org, workload directory) -> leaves that finished (a KV
-    cache workload keeps every run: its row names the runs it drops, kv_rows.choose)."""
-    results: dict[tuple[str, str, Path], list[Leaf]] = defaultdict(list)
-    for leaf in pkg.leaves:
+def _group(system: System) -> dict[Path, list[Leaf]]:
+    """A system's run leaves per result (workload directory), those that finished (a KV cache
+    workload keeps every run: its row names the runs it drops, kv_rows.choose)."""
+    results: dict[Path, list[Leaf]] = defaultdict(list)
+    for leaf in system.leaves:
         if leaf.command == "run" and (_finished(leaf) or leaf.benchmark == "kv_cache"):
-            results[(leaf.division, leaf.org, leaf.workload_dir)].append(leaf)
+            results[leaf.workload_dir].append(leaf)
     return results
 
 
@@ -141,16 +141,57 @@ def _pinned_ids(path: Path, prefix: str) -> dict[str, str]:
     return pinned
 
 
+@dataclass
+class Share:
+    """What some systems give the tables, taken while their records are held (small: a worker
+    sends it back): per result, in order, its (row, detail) or the error that stops reportgen;
+    per organization, its submission.yaml part or the error that stops it there."""
+    results: list[tuple[tuple[str, str], Path, str, Any]] = field(default_factory=list)
+    manifests: dict[tuple[str, str], manifest.Part | ConfigurationError] = field(default_factory=dict)
+
+
+def _read(systems: list[System]) -> Share:
+    """The rows and manifest parts of some systems, each system's records released once read."""
+    share = Share()
+    for system in systems:
+        since = files.mark()
+        pkg, where = system.package, (system.division, system.org)
+        for workload, leaves in sorted(_group(system).items()):
+            try:
+                row = _shaped(lambda: _row(pkg, system.division, system.org, leaves), workload)
+            except ConfigurationError as exc:  # reportgen stops at it: nothing after it counts
+                share.results.append((where, workload, leaves[0].benchmark, exc))
+                return share
+            share.results.append((where, workload, leaves[0].benchmark, row))
+        if not isinstance(share.manifests.get(where), ConfigurationError):
+            try:
+                found = _shaped(lambda: manifest.part(pkg, system.leaves), system.path.parents[1])
+                known = share.manifests.get(where)
+                share.manifests[where] = manifest.Part(known.text + found.text, known.images | found.images,
+                                                       known.tools | found.tools,
+                                                       known.commits | found.commits) if known else found
+            except ConfigurationError as exc:
+                share.manifests[where] = exc
+        system.release(since)
+    return share
+
+
 def generate(root: Path) -> list[Path]:
-    """Write every table and manifest of the tree; returns the paths written."""
+    """Write every table and manifest of the tree; returns the paths written. The systems are read
+    one at a time (in forked workers for a large package: report.forked), the tables written here."""
     root = root.resolve()  # below it, a path that resolves elsewhere went through a link (see _write)
     pkg = Package.load(root)
     written: list[Path] = []
-    per_org: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    per_org: dict[tuple[str, str], list[tuple[Any, Any, Path, str]]] = defaultdict(list)
+    parts: dict[tuple[str, str], list[manifest.Part | ConfigurationError]] = defaultdict(list)
     prefix = f"v{editions()['current_edition']}"
-    for (division, org, workload), leaves in sorted(_group(pkg).items()):
-        row, detail = _shaped(lambda: _row(pkg, division, org, leaves), workload)
-        per_org[(division, org)].append((row, detail, workload, leaves[0].benchmark))
+    for share in forked.walk(pkg, _read):
+        for where, workload, benchmark, computed in share.results:
+            if isinstance(computed, ConfigurationError):
+                raise computed
+            per_org[where].append((*computed, workload, benchmark))
+        for where, found in share.manifests.items():
+            parts[where].append(found)
     for division, org, org_dir in pkg.orgs:
         entries = per_org.get((division, org), [])
         ids = _public_ids(org_dir / "results", [d["result"] for r, d, _, _ in entries if r is not None], prefix)
@@ -175,9 +216,11 @@ def generate(root: Path) -> list[Path]:
         written.append(_write(results / "results.csv", table.to_csv(rows)))
         if ids:
             written.append(_write(results / PUBLIC_IDS, json.dumps(ids, indent=2, sort_keys=True)))
-        written.append(_write(org_dir / "submission.yaml",
-                              yaml.safe_dump(_shaped(lambda: manifest.build(pkg, division, org, org_dir), org_dir),
-                                             sort_keys=False)))
+        org_parts = parts.get((division, org), [])
+        for found in org_parts:
+            if isinstance(found, ConfigurationError):
+                raise found
+        written.append(_write(org_dir / "submission.yaml", manifest.text(division, org, org_dir, org_parts)))
     return written
 
 
