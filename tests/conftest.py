@@ -54,17 +54,17 @@ def validate_in_workers(monkeypatch):
     """MLPS_CHECK_WORKERS=1 (`MLPS_CHECK_WORKERS=1 make test`): every in-process validation of
     the suite also runs in forked workers, one system a share, and must find the same."""
     from mlpstorage_py import checker
-    from mlpstorage_py.checker import workers
+    from mlpstorage_py.results.tree import shares
 
     unwrapped = checker.validate
 
     def both_ways(*args, **kwargs):
-        asked = checker.POOL_MIN_LEAVES  # run the other way first, then as the caller asked
-        checker.POOL_MIN_LEAVES = 0 if asked else 10 ** 9
+        asked = shares.POOL_MIN_LEAVES  # run the other way first, then as the caller asked
+        shares.POOL_MIN_LEAVES = 0 if asked else 10 ** 9
         with monkeypatch.context() as m:
-            m.setattr(workers, "workers_here", lambda: 2)
+            m.setattr(shares, "workers_here", lambda: 2)
             _, other = unwrapped(*args, **kwargs)
-        checker.POOL_MIN_LEAVES = asked
+        shares.POOL_MIN_LEAVES = asked
         pkg, found = unwrapped(*args, **kwargs)
         assert [f.as_dict() for f in other] == [f.as_dict() for f in found], "workers differ"
         return pkg, found

@@ -20,6 +20,7 @@ from conftest import REALDATA
 from mlpstorage_py import checker
 from mlpstorage_py.checker import rules_checkpointing, rules_checkpointing_run, rules_leaves, rules_structure
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
+from mlpstorage_py.results.tree import shares
 from mlpstorage_py.rules.tables import rule_index
 from synthetic import (edit_json, edit_yaml, fresh, leaves_of, make_package, metadata_file, pristine,  # noqa: F401
                        regenerate, scratch_dir, shift_leaf, duplicate_leaf, workload)
@@ -382,12 +383,12 @@ def test_workers_change_no_finding(fresh, monkeypatch):
     """A large package is checked by forked workers: the findings, in order, are those of one process."""
     root = fresh()
     break_everything(root)
-    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 10 ** 9)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 10 ** 9)
     alone = checker.validate(root)[1]
-    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 0)
-    monkeypatch.setattr(checker.workers, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
+    monkeypatch.setattr(shares, "workers_here", lambda: 2)
     assert checker.validate(root)[1] == alone
-    monkeypatch.setattr(checker.workers, "_work", lambda *a: os._exit(1))  # workers that die
+    monkeypatch.setattr(shares, "_work", lambda *a: os._exit(1))  # workers that die
     assert checker.validate(root)[1] == alone
 
 

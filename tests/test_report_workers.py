@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from conftest import REALDATA
-from mlpstorage_py.checker import workers
-from mlpstorage_py.report import forked, manifest, reportgen
+from mlpstorage_py.results.tree import shares
+from mlpstorage_py.report import manifest, reportgen
 from mlpstorage_py.submission import status
 
 needs_realdata = pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")
@@ -29,17 +29,17 @@ def test_reportgen_in_workers_writes_what_one_process_writes(tmp_path, monkeypat
     shutil.copytree(REALDATA, here, symlinks=True)
     shutil.copytree(REALDATA, forks, symlinks=True)
     alone = _written(here)
-    monkeypatch.setattr(forked, "POOL_MIN_LEAVES", 0)
-    monkeypatch.setattr(forked, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
+    monkeypatch.setattr(shares, "workers_here", lambda: 2)
     assert _written(forks) == alone
 
 
 @needs_realdata
 def test_status_in_workers_gives_the_rows_of_one_process(monkeypatch):
-    monkeypatch.setattr(status.checker, "POOL_MIN_LEAVES", 10**9)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 10**9)
     alone = status.table(REALDATA)
-    monkeypatch.setattr(status.checker, "POOL_MIN_LEAVES", 0)
-    monkeypatch.setattr(workers, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
+    monkeypatch.setattr(shares, "workers_here", lambda: 2)
     assert status.table(REALDATA) == alone and alone
 
 

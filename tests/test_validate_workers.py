@@ -1,6 +1,6 @@
 """validate walks the package system by system (checker.runner), releasing each system's
 readings once its checks are done, and a large package's systems in forked workers
-(checker.workers). These tests hold both to what they promise: a system's readings are gone
+(checker.workers, results.tree.shares). These tests hold both to what they promise: a system's readings are gone
 before the next system is read, and workers (alive, dying, hanging or never started) find
 exactly what one process finds, in the same order, on the real corpus and on a package of
 three systems in two organizations, pristine and mutated by the fuzzer's mutations."""
@@ -25,7 +25,7 @@ from test_fuzz_checker import KINDS, make_outside, mutate
 from mlpstorage_py import checker
 from mlpstorage_py.checker import runner, workers
 from mlpstorage_py.checker.registry import PACKAGE, PHASE, SYSTEM, Rule
-from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree import files, shares
 from mlpstorage_py.results.tree.package import Package, Phase, System
 
 FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")
@@ -34,8 +34,8 @@ LEAF_PATH = re.compile(r"/results/.*/\d{8}_\d{6}(/|$)")
 
 def findings(root: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> list[dict]:
     """validate's findings in this process, or in two forked workers (even on one core)."""
-    monkeypatch.setattr(checker, "POOL_MIN_LEAVES", 0 if pooled else 10 ** 9)
-    monkeypatch.setattr(workers, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0 if pooled else 10 ** 9)
+    monkeypatch.setattr(shares, "workers_here", lambda: 2)
     return [f.as_dict() for f in checker.validate(root)[1]]
 
 
@@ -61,10 +61,10 @@ def test_shares_hold_whole_systems_in_order(three_systems):
     pkg = Package.load(three_systems)
     assert [s.name for s in pkg.systems] == ["sys1", "sys2", "sys3"] and all(s.leaves for s in pkg.systems)
     for count in (1, 2, 3, 12):
-        parts = workers.shares(pkg.systems, count)
+        parts = shares.shares(pkg.systems, count)
         assert [s for share in parts for s in share] == pkg.systems  # every system once, in order
         assert all(parts) and len(parts) <= count
-    assert [[s.name for s in share] for share in workers.shares(pkg.systems, 3)] == [["sys1"], ["sys2"], ["sys3"]]
+    assert [[s.name for s in share] for share in shares.shares(pkg.systems, 3)] == [["sys1"], ["sys2"], ["sys3"]]
 
 
 def test_each_system_is_released_before_the_next_is_read(three_systems):
@@ -115,18 +115,18 @@ def test_workers_find_what_one_process_finds(three_systems, monkeypatch):
     alone = findings(three_systems, monkeypatch, pooled=False)
     assert all(any(f"/results/{system}/" in f["path"] for f in alone) for system in ("sys1", "sys2", "sys3"))
     started = []
-    start = workers._start
-    monkeypatch.setattr(workers, "_start", lambda *a: started.append(a[2]) or start(*a))
+    start = shares._start
+    monkeypatch.setattr(shares, "_start", lambda *a: started.append(a[2]) or start(*a))
     assert findings(three_systems, monkeypatch, pooled=True) == alone
     assert [s.name for share in started[-3:] for s in share] == ["sys1", "sys2", "sys3"]
-    monkeypatch.setattr(workers, "_work", lambda *a: os._exit(1))
+    monkeypatch.setattr(shares, "_work", lambda *a: os._exit(1))
     assert findings(three_systems, monkeypatch, pooled=True) == alone
-    monkeypatch.setattr(workers, "TASK_DEADLINE_S", 0.5)
-    monkeypatch.setattr(workers, "_work", lambda *a: time.sleep(60))  # workers that hang
+    monkeypatch.setattr(shares, "TASK_DEADLINE_S", 0.5)
+    monkeypatch.setattr(shares, "_work", lambda *a: time.sleep(60))  # workers that hang
     began = time.monotonic()
     assert findings(three_systems, monkeypatch, pooled=True) == alone
     assert time.monotonic() - began < 45  # each ended at its deadline, two at a time
-    monkeypatch.setattr(workers, "_start", lambda *a: None)
+    monkeypatch.setattr(shares, "_start", lambda *a: None)
     assert findings(three_systems, monkeypatch, pooled=True) == alone
 
 

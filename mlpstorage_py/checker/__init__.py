@@ -11,8 +11,9 @@ from mlpstorage_py.checker import rules_common, rules_training, rules_structure,
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
+from mlpstorage_py.results.tree import shares
 from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding
+from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, Rule
 from mlpstorage_py.rules.tables import rule_index
 
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).
@@ -21,26 +22,26 @@ RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rul
                 rules_kvcache_aggregate, rules_kvcache_storage)
 
 
-# A package of POOL_MIN_LEAVES leaves or more is checked in forked workers where two cores are
-# free (checker.workers); a smaller one is not worth the forks.
-POOL_MIN_LEAVES = 1000
-
-
 def validate(root: Path, submitters: set[str] | None = None,
              reference: str | None = None) -> tuple[Package, list[Finding]]:
-    """Run every registered rule, system by system (checker.runner), on every core for a large
-    package (checker.workers); a check that crashes is itself a finding, never a silent pass."""
+    """Run every registered rule on the package at `root`; a check that crashes is itself a
+    finding, never a silent pass."""
     pkg = Package.load(root, submitters)
     pkg.reference_digest = reference
-    rules = list(RULES.values())
-    pool = workers.workers_here() if len(pkg.leaves) >= POOL_MIN_LEAVES else 0
-    found = workers.check(pkg, rules, pool) if pool > 1 else runner.check_package(pkg, pkg.systems, rules)
-    return pkg, _in_order(pkg, found)
+    return pkg, in_order(pkg, check(pkg, list(RULES.values())))
 
 
-def _in_order(pkg: Package, found: dict[str, list[Finding]]) -> list[Finding]:
-    """The findings rule by rule; within a rule, those of the package as a whole first (by
-    path), then result by result in the package's order, each result's in the order found."""
+def check(pkg: Package, rules: list[Rule]) -> runner.Found:
+    """{rule number: findings} of some rules (a reader may add its own, as status does),
+    walked system by system (checker.runner), on every core for a large package."""
+    pool = shares.pool_for(pkg)
+    return workers.check(pkg, rules, pool) if pool else runner.check_package(pkg, pkg.systems, rules)
+
+
+def in_order(pkg: Package, found: dict[str, list[Finding]]) -> list[Finding]:
+    """The registered rules' findings rule by rule; within a rule, those of the package as a
+    whole first (by path), then result by result in the package's order, each result's in the
+    order found."""
     position = {name: i for i, name in enumerate(pkg.result_names.values())}
 
     def place(f: Finding) -> tuple[int, str]:

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree import files, shares
 from mlpstorage_py.results.tree.package import Leaf, Package, System
 from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
-from mlpstorage_py.report import figures, forked, kv_rows, manifest, table
+from mlpstorage_py.report import figures, kv_rows, manifest, table
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
@@ -178,14 +178,14 @@ def _read(systems: list[System]) -> Share:
 
 def generate(root: Path) -> list[Path]:
     """Write every table and manifest of the tree; returns the paths written. The systems are read
-    one at a time (in forked workers for a large package: report.forked), the tables written here."""
+    one at a time (in forked workers for a large package: results.tree.shares), the tables written here."""
     root = root.resolve()  # below it, a path that resolves elsewhere went through a link (see _write)
     pkg = Package.load(root)
     written: list[Path] = []
     per_org: dict[tuple[str, str], list[tuple[Any, Any, Path, str]]] = defaultdict(list)
     parts: dict[tuple[str, str], list[manifest.Part | ConfigurationError]] = defaultdict(list)
     prefix = f"v{editions()['current_edition']}"
-    for share in forked.walk(pkg, _read):
+    for share in shares.walk(pkg.systems, _read, shares.pool_for(pkg)):
         for where, workload, benchmark, computed in share.results:
             if isinstance(computed, ConfigurationError):
                 raise computed

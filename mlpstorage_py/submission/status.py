@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mlpstorage_py import checker
-from mlpstorage_py.checker import runner, workers
+from mlpstorage_py.checker import runner
 from mlpstorage_py.checker.kv_failures import partial_failure
 from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Finding, Rule
 from mlpstorage_py.errors import ConfigurationError
@@ -60,13 +60,11 @@ def table(root: Path) -> list[dict[str, Any]]:
     """One row per result, with its leaves (for --runs and --json): validate's walk (as
     checker.validate runs it) with READING alongside, then the findings counted per result."""
     pkg = Package.load(root)
-    rules = [*RULES.values(), READING]
-    pool = workers.workers_here() if len(pkg.leaves) >= checker.POOL_MIN_LEAVES else 0
-    found = workers.check(pkg, rules, pool) if pool > 1 else runner.check_package(pkg, pkg.systems, rules)
+    found = checker.check(pkg, [*RULES.values(), READING])
     crashed = found.pop(READING.number)  # Rule.run made a finding of it: never a row silently left out
     if crashed:
         raise ConfigurationError(f"status cannot read the result of {crashed[0].path}: {crashed[0].message}")
-    return rows(pkg, checker._in_order(pkg, found), READING.notes(pkg))
+    return rows(pkg, checker.in_order(pkg, found), READING.notes(pkg))
 
 
 def _paperwork(pkg: Package, row: dict[str, Any], described: dict[tuple[Path, str], list[Finding]]) -> list[str]:
