@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, names, read_text, real_dir, real_file, visible
+from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, kind_of, names, read_text, real_dir, real_file, visible
 from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
 from mlpstorage_py.checker import judging
@@ -306,8 +306,8 @@ def system_files(r: Rule, system: System) -> Iterable[Finding]:
     """A system's own description and PDF, checked with the system (its workers parse the
     description anyway), not once more for the whole package."""
     systems = system.path.parent.parent / "systems"
-    if real_dir(systems):
-        exts = _described_stems(systems).get(system.name)
+    if real_dir(systems) and not system.name.startswith("."):  # visible() lists no dot-named file
+        exts = {ext for ext in ("yaml", "pdf") if kind_of(systems / f"{system.name}.{ext}") == FILE}
         if exts:
             yield from _description_files(r, system.package, system.division, system.org, system.name, exts)
 
