@@ -172,7 +172,7 @@ class Leaf:
     def pointer(self) -> str | None:
         return files.strict_text(self.path / code_image.POINTER_FILE)
 
-    @property
+    @functools.cached_property
     def stamped_edition(self) -> str:
         edition = (self.provenance or {}).get("rules_edition")
         return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
@@ -263,7 +263,7 @@ class Leaf:
     def forget(self) -> None:
         """Drop what was read for this leaf; asked again, it is read again."""
         self._records.clear()
-        for name in ("_objects", "pointer", "workload_config", "utc_offset", "end_local"):
+        for name in ("_objects", "pointer", "stamped_edition", "workload_config", "utc_offset", "end_local"):
             self.__dict__.pop(name, None)
 
 
