@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Generator, Iterable
 
-from mlpstorage_py.checker.judging import checker_block
+from mlpstorage_py.checker.judging import checker_block, per_unit
 from mlpstorage_py.checker.registry import Finding, Rule, not_applicable
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, load_json
@@ -297,7 +297,7 @@ class Kv:
         return [f for f in self.rank_files if f.option == option]
 
 
-@functools.lru_cache(maxsize=1)
+@per_unit
 def judged(leaf: Leaf) -> Kv | None:
     """The run leaf as the rules read it, or None when its edition is not checkable (EDN-04 skips it).
     Section 6 filters on the edition alone, as it always has: a run under a model directory the
