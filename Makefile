@@ -7,7 +7,7 @@ DEMO := build/demo
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: demo test install clean system-deps mpich bench
+.PHONY: demo test test-busy install clean system-deps mpich bench
 
 install: $(STAMP) system-deps mpich
 
@@ -51,6 +51,14 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 
 test: $(STAMP) system-deps mpich
 	$(PY) -m pytest -q tests
+
+# The suite (or TESTS=..., e.g. TESTS="tests/test_faults_*.py tests/test_kvcache_sim.py") with
+# every core kept busy by BUSY busy-loop processes (default: one per core), as on a loaded head
+# node: tests/conftest.py's MLPS_TEST_BUSY.
+BUSY ?= all
+TESTS ?= tests
+test-busy: $(STAMP) system-deps mpich
+	MLPS_TEST_BUSY=$(BUSY) $(PY) -m pytest -q $(TESTS)
 
 # Every bench, one table of figures against references measured in the same run (fio on the same
 # directory, a bare interpreter, bare pymilvus, DLIO's own time); fails when a figure misses its

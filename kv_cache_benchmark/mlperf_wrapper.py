@@ -33,6 +33,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The launcher that started this rank, read before anything can outlive it (die_with_parent).
+PARENT = os.getppid()
+# The line a rank prints once started, which mlpstorage's launcher watches for (the same as
+# mlpstorage_py/launch/heartbeat.py's; this file runs without mlpstorage installed).
+STARTED_TAG = "MLPS-RANK-STARTED"
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 RESERVED = ("--seed", "--output", "--cache-dir")
 
@@ -106,12 +111,24 @@ def kv_cache_argv(args: argparse.Namespace, forwarded: list[str], rank: int) -> 
 
 def die_with_parent() -> None:
     """SIGTERM this rank (the process that then runs kv-cache.py) the moment its launcher exits,
-    even a launcher that dies without passing a signal on: no rank runs on with parent 1."""
+    even a launcher that dies without passing a signal on: no rank runs on with parent 1. One
+    that died before the request took effect shows as a parent other than the first."""
     if sys.platform == "linux":
-        parent = os.getppid()
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
+        if os.getppid() != PARENT or PARENT == 1:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def report_started(rank: int, kv_cache: str) -> None:
+    """Once kv-cache.py's imports are done (ours: the simulator package), say so in one line on
+    stdout; with no reader left (the launcher is gone) the rank ends here."""
+    if Path(kv_cache).resolve() == HERE / "kv-cache.py":
+        sys.path.insert(0, str(HERE))
+        import kvcache_sim.cli  # noqa: F401 - the imports kv-cache.py's first line then finds done
+    try:
+        print(f"{STARTED_TAG} " + json.dumps({"rank": rank, "host": socket.gethostname(), "pid": os.getpid()}), flush=True)
+    except BrokenPipeError:
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = kv_cache_argv(args, forwarded, rank)
     die_with_parent()
+    report_started(rank, command[1])
     sys.argv = command[1:]
     try:
         runpy.run_path(command[1], run_name="__main__")

@@ -6,7 +6,8 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
   (uninitialised or foreign results directory, missing required setting);
   6 the benchmark or a child process failed; 7 timeout; 8 interrupted (SIGINT/SIGTERM);
   9 a run-time gate refused the run (CLOSED/OPEN limits, capacity, filesystem separation);
-  10 a client host is unreachable (its name does not resolve or its sshd does not answer).
+  10 a client host is unreachable (its name does not resolve or its sshd does not answer);
+  11 a launched job's ranks did not all start within its start-up allowance.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class BenchmarkFailed(MlpsError):
 
 class TimeoutExpired(MlpsError):
     exit_code = 7
+
+
+class StartupExpired(TimeoutExpired):
+    """A job's ranks did not all report within the start-up allowance: a hang before the work
+    (a remote shell that never answers, a rank stuck in an import), told apart from the work's
+    own deadline. A TimeoutExpired, so whoever records a deadline's stop records this one too."""
+
+    exit_code = 11
 
 
 class Interrupted(MlpsError):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
@@ -24,6 +27,40 @@ ENV_VARS = ("MLPSTORAGE_RESULTS_DIR", "MLPSTORAGE_SYSTEMNAME", "MLPSTORAGE_DATA_
 
 # The smallest valid CLOSED training command that writes a leaf (Rules 3.1.2 datasize).
 DATASIZE = ["closed", "training", "unet3d", "datasize", "-at", "b200", "-ma", "8", "-cm", "16", "-nc", "1"]
+
+
+def busy_loops(setting: str) -> int:
+    """MLPS_TEST_BUSY's value as a number of busy-loop processes: a count, or `all` (one per core)."""
+    if setting.strip().lower() == "all":
+        return os.cpu_count() or 1
+    return int(setting) if setting.strip().isdigit() else 0
+
+
+def _die_with_pytest() -> None:
+    LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: no loop outlives a killed session
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def busy_machine():
+    """MLPS_TEST_BUSY=N (or `all`; `make test-busy`): N processes spin on the CPU for the whole
+    session, at the tests' own priority, so every test runs as on a head node whose cores are
+    all busy with other work. Nothing in a test may then depend on a timing margin."""
+    count = busy_loops(os.environ.get("MLPS_TEST_BUSY", ""))
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_die_with_pytest,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for _ in range(count)]
+    yield loops
+    for loop in loops:
+        loop.kill()
+        loop.wait()
+
+
+def pytest_report_header(config) -> str | None:
+    count = busy_loops(os.environ.get("MLPS_TEST_BUSY", ""))
+    return f"busy machine: {count} busy-loop process(es) for the session (MLPS_TEST_BUSY)" if count else None
 
 
 @pytest.fixture(autouse=True)
@@ -275,13 +312,16 @@ def make_sim_cluster(monkeypatch):
 
 
 def signal_when_ready(argv: list[str], env: dict[str, str], ready, sig: int,
-                      start_s: float = 90, stop_s: float = 60) -> tuple[int, str, float]:
-    """Run argv as a child, send `sig` once ready() says its work is under way (ranks running on
-    the hosts); returns (exit code, stderr, seconds from the signal to the exit). The child never
-    outlives the call."""
-    import subprocess
+                      start_s: float | None = None, stop_s: float = 60) -> tuple[int, str, float]:
+    """Run argv as a child, send `sig` once ready() says its work is under way (the work phase);
+    returns (exit code, stderr, seconds from the signal to the exit). The child never outlives
+    the call. It waits for the work as long as the product's own start-up allowance lets the run
+    start (faults.startup_guard), not for a guess of how fast this machine is."""
     import time
 
+    from faults import startup_guard
+
+    start_s = startup_guard(4, 3) if start_s is None else start_s
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         end = time.monotonic() + start_s

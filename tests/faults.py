@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -61,6 +62,52 @@ def leftover(marker: str) -> list[str]:
     return [line[:200] for _, line in _cmdlines() if marker in line]
 
 
+# What the job runner logs once every rank of a launched job has reported (launch/process.py).
+WORK_PHASE = r": all \d+ rank\(s\) started after "
+
+
+def count_logged(results: Path, pattern: str) -> int:
+    """Lines matching pattern in the mlpstorage.log of every leaf under results."""
+    found = 0
+    for log in results.rglob("mlpstorage.log"):
+        try:
+            found += len(re.findall(pattern, log.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    return found
+
+
+def logged(results: Path, pattern: str, times: int = 1) -> bool:
+    """The leaves' logs under results have `times` lines matching pattern: a phase the run has
+    reached, as the run itself says (never a time a test guessed)."""
+    return count_logged(results, pattern) >= times
+
+
+def startup_guard(ranks: int = 2, hosts: int = 1) -> float:
+    """How long a test waits for a run's work phase before giving up: the product's own start-up
+    allowance for that many ranks and hosts (past which the run fails by itself, exit 11), and a
+    minute for mlpstorage's own start and gates before the launch."""
+    from mlpstorage_py.launch import deadline
+
+    return deadline.startup({}, [f"h{i % hosts}" for i in range(ranks)]).allowance_s + 60
+
+
+def work_phase_at(leaf: Path) -> float:
+    """When (epoch seconds) the leaf's job logged that every rank had started: where a bound on
+    the work's own time (a deadline, a crash) is measured from."""
+    for line in (leaf / "mlpstorage.log").read_text(encoding="utf-8", errors="replace").splitlines():
+        if re.search(WORK_PHASE, line):
+            stamp = line[:23]  # logging's asctime: 2026-12-02 06:08:33,729 (local time)
+            return time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000
+    raise AssertionError(f"{leaf}: the job never reached its work phase")
+
+
+def work_started(results: Path, before: int = 0) -> bool:
+    """A launched job under results is in its work phase (every rank has started), beyond the
+    `before` jobs that had been (count_logged(results, WORK_PHASE) before the run)."""
+    return logged(results, WORK_PHASE, before + 1)
+
+
 def wait_for(ready: Callable[[], bool], seconds: float, child: subprocess.Popen | None = None,
              message: Callable[[], object] = lambda: "") -> None:
     end = time.monotonic() + seconds
@@ -73,13 +120,13 @@ def wait_for(ready: Callable[[], bool], seconds: float, child: subprocess.Popen 
 
 
 def inject(argv: list[str], env: dict[str, str], ready: Callable[[], bool], fault: Callable[[subprocess.Popen], None],
-           marker: str, start_s: float = 120, stop_s: float = 120) -> tuple[int, str, float]:
+           marker: str, start_s: float | None = None, stop_s: float = 120) -> tuple[int, str, float]:
     """Run argv as a child; once ready() (its work is under way) apply fault(child); wait for the
     child to end and for no process naming marker to be left. Returns (exit code, stderr,
     seconds from the fault until all of it was gone). The child never outlives the call."""
     child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(ready, start_s, child)
+        wait_for(ready, startup_guard() if start_s is None else start_s, child)
         fault(child)
         injected = time.monotonic()
         _, err = child.communicate(timeout=stop_s)

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs, work_started
 
 SMALL = ["model.num_layers=2", "model.hidden_size=256", "model.ffn_hidden_size=512", "model.vocab_size=4096",
          "model.num_attention_heads=8", "model.num_kv_heads=2", "checkpoint.time_between_checkpoints=0"]
@@ -50,7 +50,7 @@ SIGNALS = [(signal.SIGTERM, 8, "SIGTERM")] + ([(signal.SIGINT, 8, "interrupted")
 @pytest.mark.parametrize("sig, code, failure", SIGNALS)
 def test_signal_to_mlpstorage_mid_run(results, other_fs_dir, tmp_path, sig, code, failure):
     env = subprocess_env(tmp_path)
-    rc, err, took = inject(slow_run(results, other_fs_dir), env, lambda: len(engine_ranks(other_fs_dir)) >= 2,
+    rc, err, took = inject(slow_run(results, other_fs_dir), env, lambda: work_started(results),
                            lambda child: child.send_signal(sig), str(other_fs_dir))
     assert rc == code, err
     assert took < 30, f"took {took:.1f} s to stop"
@@ -64,7 +64,7 @@ def test_signal_to_mlpstorage_mid_run(results, other_fs_dir, tmp_path, sig, code
 
 def test_sigkill_to_one_engine_rank(results, other_fs_dir, tmp_path):
     rc, err, took = inject(slow_run(results, other_fs_dir), subprocess_env(tmp_path),
-                           lambda: len(engine_ranks(other_fs_dir)) >= 2,
+                           lambda: work_started(results),
                            lambda child: os.kill(engine_ranks(other_fs_dir)[-1], signal.SIGKILL), str(other_fs_dir))
     assert rc == 6, err
     assert took < 60
@@ -76,7 +76,7 @@ def test_sigkill_to_one_engine_rank(results, other_fs_dir, tmp_path):
 def test_sigkill_to_mlpstorage_leaves_an_incomplete_leaf(results, other_fs_dir, tmp_path):
     """The engine dies with mlpstorage (its launcher gets SIGTERM when its parent dies)."""
     env = subprocess_env(tmp_path)
-    rc, _, took = inject(slow_run(results, other_fs_dir), env, lambda: len(engine_ranks(other_fs_dir)) >= 2,
+    rc, _, took = inject(slow_run(results, other_fs_dir), env, lambda: work_started(results),
                          lambda child: child.kill(), str(other_fs_dir))
     assert rc == -signal.SIGKILL
     assert took < 30

@@ -16,7 +16,7 @@ import yaml
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs, work_started
 from test_kvcache_cli import SMALL
 
 pytestmark = pytest.mark.heavy
@@ -45,7 +45,7 @@ def test_sigkill_mid_run(results, other_fs_dir, small_config, tmp_path, fault):
     cache = other_fs_dir / "kv"
     kill = (lambda child: os.kill(ranks(cache)[-1], signal.SIGKILL)) if fault == "SIGKILL rank" else \
         (lambda child: child.kill())
-    rc, err, took = inject(argv(results, cache, small_config, 30), env, lambda: len(ranks(cache)) >= 2, kill, str(cache))
+    rc, err, took = inject(argv(results, cache, small_config, 30), env, lambda: work_started(results), kill, str(cache))
     assert took < 60, f"{took:.1f} s to stop"
     (leaf,) = all_leaves(results)
     if fault == "SIGKILL rank":

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, leftover, pids_matching, small_fs
+from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, leftover, pids_matching, small_fs, work_started
 
 pytestmark = pytest.mark.heavy
 
@@ -48,7 +48,7 @@ def test_fault_mid_datagen(results, other_fs_dir, tmp_path, fault):
               "SIGKILL mlpstorage": lambda child: child.kill()}
     # the fault lands once the ranks are writing: DLIO's start-up is most of a datagen this small
     rc, err, took = inject(datagen(results, other_fs_dir, 8000), env,
-                           lambda: len(dlio_ranks(results)) >= 2 and generated(other_fs_dir) > 0, faults[fault], str(results))
+                           lambda: work_started(results) and generated(other_fs_dir) > 0, faults[fault], str(results))
     assert took < 60, f"{took:.1f} s to stop"
     (leaf,) = all_leaves(results)
     if fault == "SIGKILL mlpstorage":

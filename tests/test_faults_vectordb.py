@@ -13,7 +13,7 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import alive, assert_failed_leaf, children_of, wait_for
+from faults import alive, assert_failed_leaf, children_of, logged, wait_for
 
 pytest.importorskip("milvus", reason="the PyPI `milvus` server package is not installed")
 from test_vectordb_server import start_server  # noqa: E402 - after the skip
@@ -57,8 +57,7 @@ def test_milvus_server_killed(results, tmp_path, phase):
         if phase == "load":
             child = subprocess.Popen(vdb("datagen", results, store, port, "--num-vectors", "2000000", "--batch-size", "2000"),
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            wait_for(lambda: any(p.parent.name == "datagen" for p in all_leaves(results)), 90, child)
-            time.sleep(3)  # the load is under way
+            wait_for(lambda: logged(results, r"load: [1-9][\d,]* of "), 300, child)  # the load is under way
             workers = children_of(child.pid)
         else:
             done = subprocess.run(vdb("datagen", results, store, port, "--num-vectors", "4000", "--batch-size", "1000"),
@@ -67,8 +66,7 @@ def test_milvus_server_killed(results, tmp_path, phase):
             child = subprocess.Popen(vdb("run", results, store, port, "--num-vectors", "4000", "--runtime", "120",
                                          "--num-query-processes", "2", "--batch-size", "10"),
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            wait_for(lambda: len(children_of(child.pid)) >= 2, 120, child)
-            time.sleep(2)  # queries are being answered
+            wait_for(lambda: logged(results, r"queries: [1-9][\d,]* issued"), 300, child)  # queries are being answered
             workers = children_of(child.pid)
         err, took = kill_and_wait(srv, child)
     finally:

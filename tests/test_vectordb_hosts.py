@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import MLPSTORAGE, signal_when_ready, subprocess_env
+from faults import WORK_PHASE, count_logged, startup_guard, work_phase_at, work_started
 
 SCALE = ["--num-vectors", "3000", "--dimension", "32"]
 SEED, K = 42, 10
@@ -280,18 +281,17 @@ def test_timed_run_over_two_hosts(cli, sim_hosts, loaded):
 @pytest.mark.heavy
 def test_deadline_stops_every_rank_and_fails_the_leaf(cli, sim_hosts, loaded):
     h1, h2 = sim_hosts.names[:2]
-    started = time.monotonic()
     res = cli("open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "120", "--num-query-vectors", "100",
               "--hosts", h1, h2, "--deadline", "8")
-    elapsed = time.monotonic() - started
     assert res.rc == 7, res.err
     assert "deadline of 8 s" in res.err
-    assert elapsed < 60
     leaf = run_leaves(loaded.results)[-1]
+    elapsed = time.time() - work_phase_at(leaf)  # the deadline counts from the start of every rank
+    assert elapsed < 8 + 30
     meta = metadata(leaf)
     assert meta["exit_status"] == 7 and "deadline of 8 s" in meta["failure"]
     # the sim_hosts fixture then asserts that no rank, daemon or ssh session survived on the hosts
-    print(f"\nvectordb deadline: 2 ranks stopped, command returned after {elapsed:.1f} s")
+    print(f"\nvectordb deadline: 2 ranks stopped, command returned {elapsed:.1f} s after every rank started")
 
 
 def test_unreachable_client_host_fails_in_seconds(cli, results, sim_hosts):
@@ -323,7 +323,7 @@ def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
 
     def release_when_querying() -> None:
         """Once this run's ranks print progress (`rank r: N queries`), release the collection."""
-        end = time.monotonic() + 120
+        end = time.monotonic() + startup_guard(2, 2)
         while time.monotonic() < end:
             for leaf in (p for p in run_leaves(loaded.results) if p.name not in before):
                 log = leaf / "vectordb_ranks.stdout.log"
@@ -334,13 +334,11 @@ def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
             time.sleep(0.2)
 
     watcher = threading.Thread(target=release_when_querying, daemon=True)
-    started = time.monotonic()
     watcher.start()
     try:
         res = cli("open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "60", "--num-query-vectors", "100",
                   "--hosts", h1, h2)
         watcher.join(timeout=5)
-        elapsed = time.monotonic() - started
     finally:
         client.load_collection(collection)  # the module's other tests query it again
         client.close()
@@ -352,7 +350,7 @@ def test_a_failing_rank_stops_the_job_and_names_itself(cli, sim_hosts, loaded):
     assert "vectordb query ranks exited with code" in failure and "rank " in failure
     assert h1 in failure or h2 in failure
     assert not list(leaf.glob("vectordb_rank_*.json")) and not (leaf / "summary.json").exists()
-    assert time.monotonic() - released[0] < 45 and elapsed < 90
+    assert time.monotonic() - released[0] < 45  # from the fault: the product's property
     print(f"\nvectordb rank failure: job stopped {time.monotonic() - released[0]:.1f} s after the fault; {failure[:160]}")
 
 
@@ -367,7 +365,9 @@ def test_signal_mid_run_stops_remote_ranks(sim_hosts, loaded, tmp_path, sig, rea
     h1, h2 = sim_hosts.names[:2]
     argv = [str(MLPSTORAGE), "open", "vectordb", "HNSW", "run", *loaded.args(), "--runtime", "120",
             "--num-query-vectors", "100", "--hosts", h1, h2]
-    code, err, took = signal_when_ready(argv, subprocess_env(tmp_path), lambda: len(rank_pids(sim_hosts)) >= 2, sig)
+    before = count_logged(loaded.results, WORK_PHASE)
+    code, err, took = signal_when_ready(argv, subprocess_env(tmp_path),
+                                        lambda: work_started(loaded.results, before) and len(rank_pids(sim_hosts)) >= 2, sig)
     assert code == 8, err
     assert took < 30
     leaf = run_leaves(loaded.results)[-1]

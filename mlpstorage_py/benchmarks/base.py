@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar, ContextManager
 
 from mlpstorage_py.errors import GateRefused, UsageError
+from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.job import scratch_dir
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
@@ -48,8 +49,10 @@ class Plan:
     storage_library: dict[str, str] | None = None
     # One record per client host the engine's ranks run on (launch.hostinfo), set by the lifecycle.
     client_hosts: list[dict[str, Any]] | None = None
-    # The engine job's deadline in seconds, once known (recorded in the metadata).
+    # The engine job's work deadline in seconds, once known, and the start-up it waited for
+    # (launch.heartbeat.Startup: allowance and measured seconds), both recorded in the metadata.
     deadline_s: float | None = None
+    startup: Startup | None = None
     # (stamp, provenance tag) of the DLIO that runs the work, when the benchmark detected one
     # (benchmarks.dlio_engine); None: provenance reads this environment's.
     dlio_engine: tuple[dict[str, str], str] | None = None

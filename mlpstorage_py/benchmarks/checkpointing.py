@@ -24,7 +24,7 @@ from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results import libraries
-from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.results.logs import log
@@ -171,8 +171,9 @@ class CheckpointingBenchmark(Benchmark):
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]),
                                            io_bytes=plan.engine_parameters["checkpoint_bytes"] * count)
+            plan.startup = rank_startup(self.request.args, plan.num_processes)
             run_job(Job(plan.commands[0], "checkpoint engine", stdout, stderr, plan.deadline_s,
-                        echo=bool(self.request.arg("verbose")),
+                        echo=bool(self.request.arg("verbose")), startup=plan.startup,
                         progress=progress.polled("checkpoints", count, marks, "written/read")), leaf, scratch)
         _write_config_record(leaf, plan, self.request.args)
 

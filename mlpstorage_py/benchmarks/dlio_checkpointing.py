@@ -22,7 +22,7 @@ from mlpstorage_py.benchmarks import dlio, dlio_engine
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, UsageError
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill
 from mlpstorage_py.results.io import read_json, write_json
@@ -90,8 +90,9 @@ def execute(bench: Any, plan: Plan, leaf: Path) -> None:
             count = ckpt["num_checkpoints_write" if phase == "write" else "num_checkpoints_read"]
             deadline = job_deadline(bench.request.args, len(plan.client_hosts or [1]),
                                     io_bytes=params["checkpoint_bytes"] * count)
+            plan.deadline_s, plan.startup = deadline, rank_startup(bench.request.args, plan.num_processes)
             run_job(Job(argv, f"DLIO checkpoint {phase}", out / LOGS[0], out / LOGS[1], deadline,
-                        echo=bool(bench.request.arg("verbose"))), leaf, scratch)
+                        echo=bool(bench.request.arg("verbose")), startup=plan.startup), leaf, scratch)
         plan.commands = commands
     merge(leaf, params["phases"], plan.num_processes, drops, params["engine"])
 

@@ -32,6 +32,8 @@ import sys
 import traceback
 from typing import Any
 
+from mlpstorage_py.launch.rank_guard import report_started
+
 _NODE_COMM: Any = None
 # The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort
 # has nobody to ask to end the job and waits forever.
@@ -136,6 +138,7 @@ def main(argv: list[str]) -> None:
 
         rank = MPI.COMM_WORLD.Get_rank()
     dlio_main = load_dlio()
+    report_started()  # DLIO's imports done; it initializes MPI itself (the fork turns mpi4py's auto-init off)
     try:
         dlio_main()
     except SystemExit as exc:
@@ -166,5 +169,5 @@ def _finish(opts: argparse.Namespace, rank: int, ok: bool) -> None:
 if __name__ == "__main__":
     from mlpstorage_py.launch.rank_guard import die_with_parent
 
-    die_with_parent()
+    die_with_parent(_LAUNCHER)
     main(sys.argv[1:])

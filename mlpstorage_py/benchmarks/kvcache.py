@@ -36,7 +36,7 @@ from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
                                   PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.results import libraries
-from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.job import Job, run_job
@@ -375,11 +375,13 @@ class KVCacheBenchmark(Benchmark):
         seq = params["sequence"]
         stamp = leaf.name
         layout = Layout(tuple(ep["hosts"]), ep["npernode"])
+        mpi_hosts = [f"{h}:{layout.npernode}" for h in layout.hosts]
         probe = self._probe_shared_results(layout, leaf) if layout.multi_host else kvcache_hosts.local_records(list(layout.hosts))
         Path(ep["cache_dir"]).mkdir(parents=True, exist_ok=True)
         stopped: BaseException | None = None
         all_trials: dict[str, list[dict[int, dict[str, Any] | None]]] = {}
         deadlines: dict[str, float] = {}
+        allowances: dict[str, float] = {}
         filled: list[list[str]] = []
         outputs: list[dict[str, str]] = []
         failures: dict[str, dict[str, str]] = {}
@@ -406,8 +408,10 @@ class KVCacheBenchmark(Benchmark):
                     outputs.append({"command": " ".join(argv), "stdout": str(out), "stderr": str(err)})
                     log.info(f"option {key} trial {trial + 1}/{seq['trials']}: {total} rank(s), {option['duration']} s")
                     try:
+                        startup = rank_startup(req.args, total, mpi_hosts)
+                        allowances[key] = startup.allowance_s
                         code = run_job(Job(argv, f"kvcache option {key} trial {trial}", out, err, deadline,
-                                           echo=bool(req.arg("verbose")), check=False), leaf, scratch).code
+                                           echo=bool(req.arg("verbose")), check=False, startup=startup), leaf, scratch).code
                     except (TimeoutExpired, Interrupted, KeyboardInterrupt) as exc:  # tree is down; record, re-raise
                         stopped = exc
                         failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"
@@ -452,6 +456,7 @@ class KVCacheBenchmark(Benchmark):
             "trial_failures": failures,
             "stopped": None if stopped is None else (str(stopped) or "interrupted"),
             "trial_deadline_s": deadlines,
+            "trial_startup_allowance_s": allowances,
             "aggregation": {
                 "bandwidth_and_throughput": "per trial: sum over ranks; over trials: arithmetic mean (fmean)",
                 "device_latency": DEVICE_LATENCY_NOTE,

@@ -228,6 +228,8 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
         exit_status=status,
         failure=failure,
         deadline_s=plan.deadline_s,
+        startup_allowance_s=None if plan.startup is None else plan.startup.allowance_s,
+        startup_seconds=None if plan.startup is None else plan.startup.took_s,
         engine_identity=plan.engine_identity,
         libraries_by_host=hosts,
     )

@@ -19,7 +19,7 @@ from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, missing_directory
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
 from mlpstorage_py.results.io import read_json, utc_now, write_json
@@ -350,8 +350,9 @@ class TrainingBenchmark(Benchmark):
             dlio.write_workload(scratch, self._workload_name(), plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             plan.deadline_s = self._deadline(plan)
+            plan.startup = rank_startup(self.request.args, plan.num_processes)
             run_job(Job(plan.commands[0], "DLIO", stdout, stderr, plan.deadline_s, echo=bool(self.request.arg("verbose")),
-                        progress=self._progress(plan, stderr)), leaf, scratch)
+                        progress=self._progress(plan, stderr), startup=plan.startup), leaf, scratch)
 
     def _progress(self, plan: Plan, stderr_log: Path) -> Any:
         """Datagen: the training files in the data directory; run: the epochs DLIO logged ending."""

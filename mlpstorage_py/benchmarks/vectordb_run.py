@@ -248,10 +248,10 @@ class QueryRun:
                    timeouts: Any) -> dict[str, Any]:
         """The ranks over the client hosts, each writing its file into the leaf; every file is
         checked and the measurement is aggregated from them (clients.aggregate)."""
-        from mlpstorage_py.launch.deadline import job_deadline
+        from mlpstorage_py.launch.deadline import job_deadline, startup
         from mlpstorage_py.launch.job import Job, run_job
-        from mlpstorage_py.launch.mpi import fill, host_slots
-        from mlpstorage_py.vectordb.clients import aggregate, placement, read_ranks
+        from mlpstorage_py.launch.mpi import fill, host_slots, placement
+        from mlpstorage_py.vectordb.clients import aggregate, read_ranks
 
         p, leaf = self.plan.parameters, self.leaf
         ds, run, search = p["dataset"], p["run"], p["search"]
@@ -268,9 +268,10 @@ class QueryRun:
         with self.bench.scratch() as scratch:
             argv = fill(rank_command(opts, processes), leaf, scratch)
             self.plan.commands = [argv]
+            begin = startup(self.request.args, placement(slots))
             done = run_job(Job(argv, "vectordb query ranks", leaf / "vectordb_ranks.stdout.log",
-                               leaf / "vectordb_ranks.stderr.log", deadline, echo=bool(self.request.arg("verbose"))),
-                           leaf, scratch)
+                               leaf / "vectordb_ranks.stderr.log", deadline, echo=bool(self.request.arg("verbose")),
+                               startup=begin), leaf, scratch)
         docs = read_ranks(leaf, processes)
         measured = aggregate(docs, truth, search["search_limit"])
         wanted = placement(slots)
@@ -279,7 +280,8 @@ class QueryRun:
             rank["placed_on"] = wanted[rank["rank"]]
         measured["query_clients"] = {
             "launcher": "mpi", "command": argv, "layout": [list(s) for s in slots], "ranks": processes,
-            "hosts": measured.pop("hosts"), "deadline_s": deadline, "launch_wall_seconds": done.wall_s,
+            "hosts": measured.pop("hosts"), "deadline_s": deadline, "startup_allowance_s": begin.allowance_s,
+            "startup_seconds": done.startup_s, "launch_wall_seconds": done.wall_s,
             "rank_files": [f"vectordb_rank_{r}.json" for r in range(processes)], "spec": SPEC_FILE,
             "aggregation": {
                 "total_time_seconds": "max over ranks of the rank's timed seconds (start barrier to its last batch)",

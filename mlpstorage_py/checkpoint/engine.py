@@ -41,6 +41,9 @@ from mlpstorage_py.storage import Store, drop_page_cache
 from mlpstorage_py.storage.posix import PosixStore
 from mlpstorage_py.storage.s3 import S3Store, is_object_uri, library
 
+# The launcher that started this rank, read before anything can outlive it (rank_guard).
+_PARENT = os.getppid()
+
 ENGINE_NAME = "mlpstorage-checkpoint-engine"
 # Bytes per write/read request. Files: 1 MiB, which a core's cache holds while the kernel copies
 # it into the page cache (16 MiB requests measured 40 % slower on buffered writes here, see
@@ -476,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"checkpoint engine: error: mpi4py is not available ({exc})", file=sys.stderr)
         return 1
+    from mlpstorage_py.launch.rank_guard import report_started
+
+    report_started(MPI.COMM_WORLD.Get_rank())
     store = S3Store() if is_object_uri(opts.checkpoint_folder) else PosixStore(direct=opts.o_direct)
     engine = Engine(MPI.COMM_WORLD, opts, store)
     try:
@@ -495,5 +501,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from mlpstorage_py.launch.rank_guard import die_with_parent
 
-    die_with_parent()
+    die_with_parent(_PARENT)
     sys.exit(main())

@@ -122,7 +122,11 @@ def add_mpi(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--mpi-params", action="append", metavar="'ARGS'",
                        help="extra launcher arguments, split like a shell would; use --mpi-params='...'")
     group.add_argument("--deadline", type=positive_float, metavar="SECONDS",
-                       help="stop a launched job that runs longer than this (default: derived from the work)")
+                       help="stop a launched job whose work runs longer than this, counted once every rank "
+                            "has started (default: derived from the work)")
+    group.add_argument("--startup-allowance", type=positive_float, metavar="SECONDS",
+                       help="stop a launched job whose ranks have not all started within this, naming those "
+                            "that did not (default: 180 s + 10 s per host + 1 s per rank)")
 
 
 def add_storage(parser: argparse.ArgumentParser) -> None:

@@ -1,12 +1,15 @@
-"""Deadlines for launched jobs, derived from the work unless the user gives --deadline."""
+"""Deadlines for launched jobs: a start-up allowance until every rank has reported, and a work
+deadline from then, derived from the work unless the user gives --deadline (configs/tool.yaml)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
+from mlpstorage_py.launch.heartbeat import Startup
+from mlpstorage_py.launch.mpi import MpiOptions, host_slots, placement
 from mlpstorage_py.rules.configs import source_root
 
 MIB = 2 ** 20
@@ -20,13 +23,32 @@ def settings() -> dict[str, float]:
 
 
 def job_deadline(args: dict[str, Any], hosts: int, *, io_bytes: float = 0.0, busy_s: float = 0.0) -> float:
-    """Seconds a job may run: --deadline when given, else start-up + per-host allowance +
-    safety x (io_bytes at the floor throughput + busy_s of known time such as a fixed duration)."""
+    """Seconds the work may take once every rank has started: --deadline when given, else
+    finish + per-host allowance + safety x (io_bytes at the floor throughput + busy_s of known
+    time such as a fixed duration)."""
     if args.get("deadline"):
         return float(args["deadline"])
     s = settings()
     work = io_bytes / (s["floor_mib_per_s"] * MIB) + busy_s
-    return s["startup_s"] + s["per_host_s"] * max(hosts, 1) + s["safety_factor"] * work
+    return s["finish_s"] + s["per_host_s"] * max(hosts, 1) + s["safety_factor"] * work
+
+
+def rank_startup(args: dict[str, Any], processes: int, hosts: Sequence[str] | None = None) -> Startup:
+    """The start-up of `processes` ranks placed over `hosts` (default: --hosts) as MPI maps them."""
+    chosen = list(MpiOptions.from_args(args).hosts if hosts is None else hosts)
+    return startup(args, placement(host_slots(chosen, processes)))
+
+
+def startup(args: dict[str, Any], placement: Sequence[str]) -> Startup:
+    """What the job's start-up must reach: one report per rank of `placement` (the host entry
+    of each rank, in rank order) within --startup-allowance, else start-up + per host + per rank."""
+    if args.get("startup_allowance"):
+        allowance = float(args["startup_allowance"])
+    else:
+        s = settings()
+        allowance = s["startup_s"] + s["startup_per_host_s"] * max(len(set(placement)), 1) + \
+            s["startup_per_rank_s"] * len(placement)
+    return Startup(len(placement), allowance, tuple(placement))
 
 
 def host_facts_deadline(args: dict[str, Any], hosts: int) -> float:

@@ -3,8 +3,10 @@ ranks): the planned command's {leaf} and {scratch} filled, a deadline, live prog
 logged into the leaf, the launcher's whole tree torn down (process.run_logged), and a non-zero
 exit made a failed run naming the child's own error line.
 
-Benchmarks only say what to run (a Job); keeping the sequence here gives the start-up and work
-deadlines of a busy head node (issue 24) a single place to go.
+Benchmarks only say what to run (a Job). A job of ranks that report their start
+(launch/heartbeat.py) runs under two deadlines: the start-up allowance until every rank has
+reported, then the work deadline from that moment, so a slow start on a busy head node is not
+taken for a hang of the work, and a hung start-up is still ended.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager, Iterator
 
+from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import fill
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.results.logs import log
@@ -51,14 +54,18 @@ class Job:
     progress: ContextManager[Any] | None = None
     # A non-zero exit raises BenchmarkFailed; False: the caller judges Outcome.code itself.
     check: bool = True
+    # The ranks' start-up reports to wait for (deadline.startup); None: deadline_s from the launch.
+    startup: Startup | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a job that was not stopped ended: its exit code and how long the launcher ran."""
+    """How a job that was not stopped ended: its exit code, how long the launcher ran and how
+    long its ranks took to start (None: not watched, or it ended before every rank reported)."""
 
     code: int
     wall_s: float
+    startup_s: float | None = None
 
 
 def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
@@ -66,12 +73,16 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
     command before it runs fills it with mpi.fill first; filling twice changes nothing).
     TimeoutExpired past the deadline and KeyboardInterrupt propagate once the job's tree is down."""
     argv = fill(job.argv, leaf, scratch)
-    log.info(f"{job.label} deadline: {job.deadline_s:.0f} s")
+    if job.startup is None:
+        log.info(f"{job.label} deadline: {job.deadline_s:.0f} s")
+    else:
+        log.info(f"{job.label} start-up allowance: {job.startup.allowance_s:.0f} s for {job.startup.ranks} rank(s); "
+                 f"work deadline: {job.deadline_s:.0f} s from then")
     with job.progress or contextlib.nullcontext():
         started = time.monotonic()
         code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
-                          echo=job.echo, deadline_s=job.deadline_s)
+                          echo=job.echo, deadline_s=job.deadline_s, startup=job.startup)
         wall = time.monotonic() - started
     if job.check:
         require_success(code, job.label, job.stderr)
-    return Outcome(code, wall)
+    return Outcome(code, wall, None if job.startup is None else job.startup.took_s)

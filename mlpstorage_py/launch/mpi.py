@@ -114,6 +114,12 @@ def host_slots(hosts: list[str], processes: int) -> list[tuple[str, int]]:
     return [(n, s) for n, s in layout if s > 0]
 
 
+def placement(layout: list[tuple[str, int]]) -> list[str]:
+    """The host each rank is asked for by `--host h1:s1,h2:s2` (slots filled in order, as Open
+    MPI and MPICH map them); what the ranks report is what the leaf records."""
+    return [host for host, slots in layout for _ in range(slots)]
+
+
 def forwarded_env(env: dict[str, str]) -> list[str]:
     return sorted(k for k in env if k.startswith(FORWARD_PREFIXES))
 

@@ -21,13 +21,15 @@ import time
 from pathlib import Path
 from typing import IO
 
-from mlpstorage_py.errors import BenchmarkFailed, TimeoutExpired
+from mlpstorage_py.errors import BenchmarkFailed, StartupExpired, TimeoutExpired
+from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
 from mlpstorage_py.launch.session_dirs import remove_stale
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
 
 PROGRESS_EVERY_S = 15.0
+STARTUP_POLL_S = 0.25  # how soon the work's clock starts after the last rank reported
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
 EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
@@ -37,13 +39,17 @@ REWRAPPED = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?Original Traceback \(most rece
 TOOL_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([\w.-]+: error: .*)$")
 
 
-def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str], secrets: list[bytes]) -> None:
-    """Copy a child's output line by line, masking secret values before anything is written."""
+def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[str], secrets: list[bytes],
+          startup: Startup | None) -> None:
+    """Copy a child's output line by line, masking secret values before anything is written;
+    a rank's start-up report goes to the watcher (and the log file), not to the console."""
     for raw in iter(stream.readline, b""):
         raw = redact_bytes(raw, secrets)
         sink.write(raw)
         sink.flush()
         line = raw.decode("utf-8", "replace").rstrip()
+        if startup is not None and startup.seen(line):
+            continue
         if line:
             last[0] = line
         if echo is not None:
@@ -65,11 +71,12 @@ def _die_with_parent(parent: int) -> None:
 
 def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Path,
                env: dict[str, str] | None = None, label: str = "child", echo: bool = False,
-               deadline_s: float | None = None) -> int:
+               deadline_s: float | None = None, startup: Startup | None = None) -> int:
     """Run argv (a list, never a shell string) in cwd; stream stdout/stderr into the two files
     (and to the console when echo), print a progress line every PROGRESS_EVERY_S seconds, and
-    stop the whole process tree if we are interrupted or `deadline_s` passes (then raise
-    TimeoutExpired). Returns the exit code."""
+    stop the whole process tree if we are interrupted or a deadline passes. With `startup`, the
+    ranks must all report within its allowance (else StartupExpired) and `deadline_s` counts
+    from then; without, from the launch (then TimeoutExpired). Returns the exit code."""
     log.info(f"{label}: {shlex.join(argv)}")
     remove_stale(env)  # a dead launcher's session directory would stop one given its PID
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
@@ -78,33 +85,85 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
                                  start_new_session=True, preexec_fn=lambda: _die_with_parent(parent))
         last = [""]
         secrets = [s.encode() for s in secret_values(env)]
-        pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last, secrets), daemon=True),
-                 threading.Thread(target=_pump, args=(child.stderr, err, sys.stderr if echo else None, last, secrets), daemon=True)]
+        pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last, secrets,
+                                                      startup), daemon=True),
+                 threading.Thread(target=_pump, args=(child.stderr, err, sys.stderr if echo else None, last, secrets,
+                                                      startup), daemon=True)]
         for pump in pumps:
             pump.start()
-        started = time.monotonic()
+        clock = _Clock(label, time.monotonic(), deadline_s, startup)
         try:
             while True:
-                elapsed = time.monotonic() - started
-                if deadline_s is not None and elapsed >= deadline_s:
-                    raise TimeoutExpired(f"{label} ran past its deadline of {deadline_s:.0f} s and was stopped "
-                                         f"(last output: {last[0][:160] or 'none'}); --deadline changes the limit")
-                wait = PROGRESS_EVERY_S if deadline_s is None else min(PROGRESS_EVERY_S, deadline_s - elapsed)
+                wait = clock.check(last[0])
                 try:
                     code = child.wait(timeout=max(wait, 0.05))
                     break
                 except subprocess.TimeoutExpired:
-                    if not echo and time.monotonic() - started >= PROGRESS_EVERY_S:
-                        log.info(f"{label}: running {time.monotonic() - started:.0f} s; last output: {last[0][:160]}")
+                    if not echo:
+                        clock.progress(last[0])
         except BaseException:
             _reap(child, env)
             raise
         finally:
             for pump in pumps:
                 pump.join(timeout=5)
+    clock.finish()
     _reap(child, env)  # a launcher can exit while children it started in their own groups live on
-    log.info(f"{label}: exit {code} after {time.monotonic() - started:.1f} s")
+    log.info(f"{label}: exit {code} after {time.monotonic() - clock.launched:.1f} s")
     return code
+
+
+class _Clock:
+    """Which phase a job is in and which deadline applies: the start-up allowance from the
+    launch until every rank reported, then the work deadline from that moment."""
+
+    def __init__(self, label: str, launched: float, deadline_s: float | None, startup: Startup | None) -> None:
+        self.label, self.launched, self.deadline_s, self.startup = label, launched, deadline_s, startup
+        self.work_from: float | None = launched if startup is None else None
+        self.next_progress = launched + PROGRESS_EVERY_S
+
+    def check(self, last: str) -> float:
+        """Raise if the current phase is over its time; else the seconds until the next look."""
+        now = time.monotonic()
+        if self.work_from is None:
+            assert self.startup is not None
+            if self.startup.complete():
+                self.work_from = self.finish()
+                log.info(f"{self.label}: all {self.startup.ranks} rank(s) started after {self.startup.took_s:.1f} s"
+                         f"{'' if self.deadline_s is None else f'; work deadline {self.deadline_s:.0f} s from then'}")
+            elif now - self.launched >= self.startup.allowance_s:
+                raise StartupExpired(f"{self.label} did not start within its start-up allowance of "
+                                     f"{self.startup.allowance_s:.0f} s and was stopped: {self.startup.missing()}; "
+                                     "--startup-allowance changes the allowance")
+            else:
+                return min(STARTUP_POLL_S, self.launched + self.startup.allowance_s - now)
+        if self.deadline_s is None:
+            return PROGRESS_EVERY_S
+        left = self.work_from + self.deadline_s - now
+        if left <= 0:
+            counted = "" if self.startup is None else " (counted from the start of every rank)"
+            raise TimeoutExpired(f"{self.label} ran past its deadline of {self.deadline_s:.0f} s{counted} and was "
+                                 f"stopped (last output: {last[:160] or 'none'}); --deadline changes the limit")
+        return min(PROGRESS_EVERY_S, left)
+
+    def finish(self) -> float | None:
+        """Once every rank has reported: the moment the last did, with the start-up's seconds
+        recorded in the Startup (also for a job that ended before the watcher looked)."""
+        if self.startup is None or self.startup.completed_at is None:
+            return None
+        self.startup.took_s = round(self.startup.completed_at - self.launched, 3)
+        return self.startup.completed_at
+
+    def progress(self, last: str) -> None:
+        """A line every PROGRESS_EVERY_S: how long it has run, and the phase it is in."""
+        now = time.monotonic()
+        if now < self.next_progress:
+            return
+        self.next_progress = now + PROGRESS_EVERY_S
+        if self.work_from is None and self.startup is not None:
+            log.info(f"{self.label}: starting {now - self.launched:.0f} s; {self.startup.missing(waiting=True)}")
+        else:
+            log.info(f"{self.label}: running {now - self.launched:.0f} s; last output: {last[:160]}")
 
 
 def _reap(child: subprocess.Popen, env: dict[str, str] | None) -> None:

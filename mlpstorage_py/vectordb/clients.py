@@ -98,9 +98,3 @@ def _first_hits(docs: list[dict[str, Any]]) -> dict[int, list[int]]:
         for q, ids in d["hits"].items():
             merged.setdefault(int(q), ids)
     return merged
-
-
-def placement(layout: list[tuple[str, int]]) -> list[str]:
-    """The host each rank is asked for by `--host h1:s1,h2:s2` (slots filled in order, as Open
-    MPI and MPICH map them); what the ranks report is what the leaf records."""
-    return [host for host, slots in layout for _ in range(slots)]

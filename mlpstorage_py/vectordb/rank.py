@@ -30,6 +30,9 @@ from mlpstorage_py.results import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
 
+# The launcher that started this rank, read before anything can outlive it (rank_guard).
+_PARENT = os.getppid()
+
 
 def rank_path(leaf: Path, rank: int) -> Path:
     return Path(leaf) / RANK_FILE.format(rank=rank)
@@ -109,8 +112,11 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
 def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
     from mpi4py import MPI
 
+    from mlpstorage_py.launch.rank_guard import report_started
+
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    report_started(rank)
     try:
         spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
         record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name())
@@ -129,5 +135,5 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
 if __name__ == "__main__":
     from mlpstorage_py.launch.rank_guard import die_with_parent
 
-    die_with_parent()
+    die_with_parent(_PARENT)
     sys.exit(main(sys.argv[1]))
