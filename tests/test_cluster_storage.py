@@ -72,6 +72,33 @@ def test_checkpointing_deadline_stops_the_job_everywhere(cli, results, other_fs_
     # sim_hosts asserts on teardown that no rank, prted or ssh session survived on any host
 
 
+def test_a_remote_shell_that_never_answers_at_launch_is_ended_by_the_start_up_allowance(cli, results, other_fs_dir,
+                                                                                      sim_hosts, tmp_path, monkeypatch):
+    """The ssh preflight passes (h2 answers `true`), but the ssh that is to start h2's daemon for
+    the engine's job never returns: the start-up allowance ends the job, exit 11, naming h2."""
+    hosts = sim_hosts.names[:2]
+    agent = tmp_path / "ssh"
+    agent.write_text(f"""#!/bin/sh
+# The remote shell for {hosts[1]}, when prterun starts the checkpoint engine's daemons, hangs.
+if grep -q checkpoint.engine /proc/$PPID/cmdline 2>/dev/null; then
+    for arg in "$@"; do [ "$arg" = "{hosts[1]}" ] && exec sleep 3600; done
+fi
+exec {sim_hosts.ssh_wrapper} "$@"
+""")
+    agent.chmod(0o755)
+    monkeypatch.setenv("PRTE_MCA_plm_ssh_agent", str(agent))
+    res = ckpt(cli, results, other_fs_dir, hosts, 1, 0, "--startup-allowance", "10")
+    assert res.rc == 11, res.err
+    (error,) = [l for l in res.err.splitlines() if l.startswith("mlpstorage: error:")]
+    # prterun starts no rank until every daemon is up: no rank anywhere reports, h2 among the hosts
+    assert "start-up allowance of 10 s" in error and "4 of 4 rank(s) did not report" in error, error
+    assert f"no rank on {hosts[0]}, {hosts[1]} started" in error, error
+    (leaf,) = all_leaves(results)
+    meta = meta_of(leaf, "checkpointing")
+    assert meta["exit_status"] == 11 and meta["startup_allowance_s"] == 10 and meta["startup_seconds"] is None
+    # sim_hosts asserts on teardown that no rank, prted or ssh session survived on any host
+
+
 @pytest.fixture
 def bridge_s3(sim_hosts):
     """moto's S3 server on the cluster's bridge address, and the AWS variables that point at it
