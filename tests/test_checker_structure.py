@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -111,16 +110,13 @@ def _tree(root: Path) -> dict[str, bytes]:
     return out
 
 
-def test_the_generator_is_deterministic_and_fast():
+def test_the_generator_is_deterministic():
+    """(Its speed is bench/validate_speed.py's to measure, not a unit test's.)"""
     base = Path(tempfile.mkdtemp(dir=scratch_dir()))
     try:
-        started = time.perf_counter()
         first = make_package(base / "a" / "pkg")
-        elapsed = time.perf_counter() - started
         second = make_package(base / "b" / "pkg")
         assert _tree(first) == _tree(second)
-        # ~0.05 s on a memory filesystem; the bound leaves room for slow shared runners
-        assert elapsed < 2.0, elapsed
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,16 +20,14 @@ def tree_snapshot(root):
 
 # --- help, version, no arguments --------------------------------------------------------
 
-def test_help_subprocess_is_fast_and_exits_zero(tmp_path):
-    started = time.monotonic()
+def test_help_subprocess_exits_zero(tmp_path):
+    """(How fast it starts is bench/cli_startup.py's ratio against a bare interpreter.)"""
     proc = subprocess.run([str(MLPSTORAGE), "--help"], capture_output=True, text=True, timeout=30,
                           env=subprocess_env(tmp_path), cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert "usage: mlpstorage" in proc.stdout
     for word in ("closed", "open", "whatif", "init", "validate", "history", "version"):
         assert word in proc.stdout
-    assert elapsed < 10
 
 
 def test_importing_main_pulls_in_no_engine(tmp_path):

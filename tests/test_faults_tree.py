@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import DATASIZE, MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from faults import small_fs, wait_for
+from faults import small_fs, startup_guard, wait_for
 from mlpstorage_py.results import history
 from mlpstorage_py.storage import datalock
 
@@ -98,10 +98,10 @@ def test_datagen_refuses_a_data_directory_another_datagen_holds(cli, results, ot
     first = subprocess.Popen([str(MLPSTORAGE), *gen], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lock = other_fs_dir / datalock.LOCK_NAME
     try:
-        wait_for(lambda: lock.is_file() and lock.read_text().strip() == str(first.pid), 60, first)
+        wait_for(lambda: lock.is_file() and lock.read_text().strip() == str(first.pid), startup_guard(1), first)
         started = time.monotonic()
         second = cli(*gen, "--overwrite")
-        took = time.monotonic() - started
+        took = time.monotonic() - started  # for the fault figures; the refusal naming the holder is the test
         _, err = first.communicate(timeout=300)
     finally:
         if first.poll() is None:
@@ -110,7 +110,6 @@ def test_datagen_refuses_a_data_directory_another_datagen_holds(cli, results, ot
     assert second.rc == 9, second.err
     errors = [l for l in second.err_lines if l.startswith("mlpstorage: error:")]
     assert len(errors) == 1 and "in use by another datagen" in errors[0] and f"pid {first.pid}" in errors[0]
-    assert took < 10
     assert first.returncode == 0, err
     assert len(all_leaves(results)) == 1, "the refused datagen left a leaf"
     # the lock dies with its holder: the directory is free again, and the dataset is whole
