@@ -26,7 +26,7 @@ def validate(root: Path, submitters: set[str] | None = None,
              reference: str | None = None) -> tuple[Package, list[Finding]]:
     """Run every registered rule on the package at `root`; a check that crashes is itself a
     finding, never a silent pass."""
-    pkg = Package.load(root, submitters)
+    pkg = Package.load(root, submitters, manifests=True)
     pkg.reference_digest = reference
     return pkg, in_order(pkg, check(pkg, list(RULES.values())))
 

@@ -59,7 +59,7 @@ def _reading(pkg: Package, result: Result) -> dict[str, Any]:
 def table(root: Path) -> list[dict[str, Any]]:
     """One row per result, with its leaves (for --runs and --json): validate's walk (as
     checker.validate runs it) with READING alongside, then the findings counted per result."""
-    pkg = Package.load(root)
+    pkg = Package.load(root, manifests=True)
     found = checker.check(pkg, [*RULES.values(), READING])
     crashed = found.pop(READING.number)  # Rule.run made a finding of it: never a row silently left out
     if crashed:

@@ -9,6 +9,7 @@ value, or the one sentence that says why there is none.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -17,13 +18,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mlpstorage_py.results import code_image
-from mlpstorage_py.results.tree import files, layout
+from mlpstorage_py.results.tree import aside, files, layout
 from mlpstorage_py.results.tree.layout import DIVISIONS, PRIVATE_DIR, RESULTS_TABLE, TIMESTAMP, TRASH_DIR
 from mlpstorage_py.results.tree.values import as_number, dig, leaf_time, parse_time
 from mlpstorage_py.rules import tables
 
 __all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Package", "Phase", "Record", "Result", "System",
            "read_object"]
+
+# A submission.yaml this large is parsed beside the listing (Package.load): about 30 ms of
+# parsing, several times what the fork and the pickled answer cost.
+ASIDE_BYTES = 512 * 1024
 
 
 @dataclass(frozen=True)
@@ -380,25 +385,41 @@ class Package:
     notes: dict[str, list] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, root: Path, submitters: set[str] | None = None) -> "Package":
-        """The package's leaves and organizations; a new Package is a new reading of the files."""
+    def load(cls, root: Path, submitters: set[str] | None = None, manifests: bool = False) -> "Package":
+        """The package's leaves and organizations; a new Package is a new reading of the files.
+        With `manifests` (validate asks for them before any leaf is checked), large submission.yaml
+        files are parsed in a forked process while the systems are listed."""
         files.start(root)
         pkg = cls(root)
         for division in DIVISIONS:  # only <division>/: the trash below .mlps/ is never a leaf
             for org_dir in _subdirs(root / division):
-                if submitters and org_dir.name not in submitters:
-                    continue
-                pkg.orgs.append((division, org_dir.name, org_dir))
-                for system_dir in _subdirs(org_dir / "results"):
-                    system = System(system_dir, division, org_dir.name, system_dir.name, pkg)
-                    for bench in layout.benchmarks():
-                        for leaf_dir, rel in _dirs_at(system_dir / bench, layout.leaf_depth(bench)):
-                            if TIMESTAMP.match(leaf_dir.name):
-                                system.leaves.append(Leaf(leaf_dir, division, org_dir.name, system_dir.name,
-                                                          bench, rel[:-1], pkg))
-                    pkg.systems.append(system)
-                    pkg.leaves.extend(system.leaves)
+                if not submitters or org_dir.name in submitters:
+                    pkg.orgs.append((division, org_dir.name, org_dir))
+        parsing = aside.Aside(pkg._parsed_manifests) if manifests and pkg._manifest_bytes() >= ASIDE_BYTES \
+            and aside.forkable() else None
+        for division, org, org_dir in pkg.orgs:
+            for system_dir in _subdirs(org_dir / "results"):
+                system = System(system_dir, division, org, system_dir.name, pkg)
+                for bench in layout.benchmarks():
+                    for leaf_dir, rel in _dirs_at(system_dir / bench, layout.leaf_depth(bench)):
+                        if TIMESTAMP.match(leaf_dir.name):
+                            system.leaves.append(Leaf(leaf_dir, division, org, system_dir.name, bench, rel[:-1], pkg))
+                pkg.systems.append(system)
+                pkg.leaves.extend(system.leaves)
+        if parsing is not None:
+            pkg._manifests.update(parsing.result())
         return pkg
+
+    def _manifest_path(self, division: str, org: str) -> Path:
+        return self.root / division / org / "submission.yaml"
+
+    def _manifest_bytes(self) -> int:
+        """The size of the organizations' submission.yaml files (regular files only)."""
+        paths = [str(self._manifest_path(d, o)) for d, o, _ in self.orgs]
+        return sum(os.lstat(p).st_size for p in paths if files.kind_of(Path(p)) == files.FILE)
+
+    def _parsed_manifests(self) -> dict:
+        return {(d, o): self.manifest(d, o) for d, o, _ in self.orgs}
 
     def relative(self, path: Path | str) -> str:
         """A path below the root as the reports name it, relative to the root (a string cut:
@@ -449,7 +470,7 @@ class Package:
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
         """<division>/<org>/submission.yaml, parsed once per reading."""
         if (division, org) not in self._manifests:
-            path = self.root / division / org / "submission.yaml"
+            path = self._manifest_path(division, org)
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed
             self._manifests[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
         return self._manifests[(division, org)]

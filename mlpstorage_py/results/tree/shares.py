@@ -15,6 +15,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, TypeVar
 
+from mlpstorage_py.results.tree.aside import settle
 from mlpstorage_py.results.tree.package import Package, System
 
 MOST_WORKERS = 4
@@ -121,6 +122,7 @@ def _start(context: Any, func: Callable[[Share], Any], share: Share) -> tuple[Co
 
 
 def _work(func: Callable[[Share], Any], share: Share, send: Connection) -> None:
+    settle()
     try:
         sent = func(share)
     except Exception:  # noqa: BLE001 - the caller walks the share again and raises it where it belongs

@@ -1,0 +1,76 @@
+"""One function's answer worked out in a forked process while the caller goes on with other work:
+validate parses a large submission.yaml (2 s at 100,000 leaves) while the package is listed,
+on the other core. The answer comes back pickled (a tenth of the parse). Where no second core
+or no fork is to be had, or the process dies or fails, the caller works it out itself, so an
+error is raised where it belongs.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def forkable() -> bool:
+    """Whether a forked process can run beside this one: Linux's fork, a second core, and not
+    a daemonic process (which may not start one)."""
+    return (os.name == "posix" and hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) > 1
+            and not multiprocessing.current_process().daemon)
+
+
+def settle() -> None:
+    """In a forked child: the objects it inherited are never collected there (gc.freeze), so a
+    collection does not walk, and copy, the parent's whole heap page by page."""
+    gc.freeze()
+
+
+class Aside(Generic[T]):
+    """func() started in a forked process at once; result() its answer (func() here if none came)."""
+
+    def __init__(self, func: Callable[[], T]) -> None:
+        self._func = func
+        self._receive: Connection | None = None
+        self._process: Any = None
+        context = multiprocessing.get_context("fork")
+        try:
+            receive, send = context.Pipe(duplex=False)
+        except OSError:
+            return
+        try:
+            self._process = context.Process(target=_work, args=(func, send), daemon=True)
+            self._process.start()
+            self._receive = receive
+        except OSError:
+            receive.close()
+            self._process = None
+        finally:
+            send.close()
+
+    def result(self) -> T:
+        if self._receive is None:
+            return self._func()
+        try:
+            found: tuple[T] | None = (self._receive.recv(),)
+        except (EOFError, OSError):  # it died, or met an error func() is to raise here
+            found = None
+        finally:
+            self._receive.close()
+            self._receive = None
+        if found is None:
+            self._process.terminate()
+        self._process.join()
+        return found[0] if found is not None else self._func()
+
+
+def _work(func: Callable[[], Any], send: Connection) -> None:
+    settle()
+    try:
+        sent = func()
+    except Exception:  # noqa: BLE001 - the caller works it out again and raises it where it belongs
+        return
+    send.send(sent)
