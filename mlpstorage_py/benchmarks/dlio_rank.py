@@ -32,7 +32,7 @@ import sys
 import traceback
 from typing import Any
 
-from mlpstorage_py.launch.rank_guard import report_started
+from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
 
 _NODE_COMM: Any = None
 # The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort
@@ -118,6 +118,8 @@ def _abort(code: int) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """Both entry points come here: `-m` (DLIO 2.0.0) and the fork's `-c` boot (dlio_engine)."""
+    die_with_parent(_LAUNCHER)
     split = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(prog="dlio_rank")
     parser.add_argument("--s3dlio", action="store_true")
@@ -167,7 +169,4 @@ def _finish(opts: argparse.Namespace, rank: int, ok: bool) -> None:
 
 
 if __name__ == "__main__":
-    from mlpstorage_py.launch.rank_guard import die_with_parent
-
-    die_with_parent(_LAUNCHER)
     main(sys.argv[1:])
