@@ -12,7 +12,8 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 install: $(STAMP) system-deps mpich
 
 # Debian packages the multi-host tests and benches need (simulated client hosts run their own
-# sshd; fio is the benches' reference; chromium loads the `reports html` page headless). Installed
+# sshd; fio is the benches' reference and `mlpstorage replay`'s engine; chromium loads the `reports html`
+# page headless; bpftrace traces the I/O of `--trace-io` runs). Installed
 # only as root and only when missing; elsewhere
 # the tests that need them skip with the reason.
 # slurm-wlm and munge give the launcher tests a one-node Slurm cluster (tests/simslurm.py);
@@ -20,7 +21,7 @@ install: $(STAMP) system-deps mpich
 # `srun --mpi=pmix` cannot wire Open MPI ranks into one world.
 MULTIARCH := $(shell uname -m)-linux-gnu
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio /usr/sbin/slurmctld:slurm-wlm /usr/sbin/munged:munge \
-	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev /usr/bin/chromium:chromium
+	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev /usr/bin/chromium:chromium /usr/bin/bpftrace:bpftrace
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -e "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -7,7 +7,9 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
   6 the benchmark or a child process failed; 7 timeout; 8 interrupted (SIGINT/SIGTERM);
   9 a run-time gate refused the run (CLOSED/OPEN limits, capacity, filesystem separation);
   10 a client host is unreachable (its name does not resolve or its sshd does not answer);
-  11 a launched job's ranks did not all start within its start-up allowance.
+  11 a launched job's ranks did not all start within its start-up allowance;
+  12 I/O tracing (--trace-io) cannot run on every client host (not root, no bpftrace, no
+     tracefs, no BTF), so nothing was started.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ class StartupExpired(TimeoutExpired):
     own deadline. A TimeoutExpired, so whoever records a deadline's stop records this one too."""
 
     exit_code = 11
+
+
+class TraceUnavailable(MlpsError):
+    """--trace-io was asked for but a host cannot trace: refused before anything starts."""
+
+    exit_code = 12
 
 
 class Interrupted(MlpsError):

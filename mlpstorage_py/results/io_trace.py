@@ -1,0 +1,62 @@
+"""A leaf's `io_trace.json`: what reached the storage during the run (`--trace-io`, OPEN only,
+Rules 6.5.2/6.6.2), read by `reports html`, `mlpstorage replay` and the checker alike.
+
+Shape (schema 1); sizes in bytes, latencies in microseconds, histograms as {bucket lower
+bound (a power of two, as a decimal string): count}:
+
+    {"schema": 1,
+     "level": "block" | "vfs" | "object" | "none",   # where it was traced
+     "why": "...",                 # for vfs/object/none: why not at the block layer
+     "duration_s": 12.3,           # from the tracers' attach to their stop
+     "hosts": {"<--hosts entry>": {
+         "hostname": "...",
+         "devices": {"<name, e.g. vda>": {
+             "read"|"write"|"flush": {"requests": n, "bytes": n,
+                                      "size_hist": {...}, "latency_us_hist": {...},
+                                      "p50_us": x, "p95_us": x, "p99_us": x,
+                                      "sequential_share": 0.0-1.0},
+             "queue_depth": [[t_s, in_flight], ...],
+             "read_share_bytes": 0.0-1.0}},
+         "streams": [{"pid": n, "comm": "...", "ops": {"read"|"write"|"flush": {same as above, no percentiles needed}},
+                      "in_flight_mean": x}]}},
+     "unattributed": {"devices": {...}, "why": "..."}}   # I/O no client host issued (writeback)
+
+A stream is one issuing process: what `replay.fio` turns into one fio job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+FILE = "io_trace.json"
+SCHEMA = 1
+OPS = ("read", "write", "flush")
+
+
+def read(leaf: Path) -> dict[str, Any] | None:
+    """The leaf's trace, or None when the run was not traced (no file, or not a trace)."""
+    path = leaf / FILE
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+
+
+def percentile(hist: dict[str, int], q: float) -> float | None:
+    """The q-quantile (0-1) of a log2 histogram, as the upper bound of the bucket it falls in
+    (the bucket's lower bound doubled: a conservative estimate, never below the truth)."""
+    counts = sorted((int(k), v) for k, v in hist.items() if v > 0)
+    total = sum(v for _, v in counts)
+    if not total:
+        return None
+    seen = 0
+    for low, count in counts:
+        seen += count
+        if seen >= q * total:
+            return float(max(low, 1) * 2)
+    return float(max(counts[-1][0], 1) * 2)
