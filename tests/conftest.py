@@ -29,6 +29,13 @@ ENV_VARS = ("MLPSTORAGE_RESULTS_DIR", "MLPSTORAGE_SYSTEMNAME", "MLPSTORAGE_DATA_
 DATASIZE = ["closed", "training", "unet3d", "datasize", "-at", "b200", "-ma", "8", "-cm", "16", "-nc", "1"]
 
 
+def interruptible() -> None:
+    """In a child before exec: SIGINT at its default, as at a terminal. A suite started in the
+    background of a non-interactive shell inherits SIGINT ignored, and Python keeps an ignored
+    SIGINT ignored, so a test that sends SIGINT would otherwise test nothing but the shell."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def busy_loops(setting: str) -> int:
     """MLPS_TEST_BUSY's value as a number of busy-loop processes: a count, or `all` (one per core)."""
     if setting.strip().lower() == "all":
@@ -322,7 +329,8 @@ def signal_when_ready(argv: list[str], env: dict[str, str], ready, sig: int,
     from faults import startup_guard
 
     start_s = startup_guard(4, 3) if start_s is None else start_s
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)
     try:
         end = time.monotonic() + start_s
         while not ready():

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from conftest import MLPSTORAGE
+from conftest import MLPSTORAGE, interruptible
 
 
 def _cmdlines() -> Iterator[tuple[int, str]]:
@@ -124,7 +124,8 @@ def inject(argv: list[str], env: dict[str, str], ready: Callable[[], bool], faul
     """Run argv as a child; once ready() (its work is under way) apply fault(child); wait for the
     child to end and for no process naming marker to be left. Returns (exit code, stderr,
     seconds from the fault until all of it was gone). The child never outlives the call."""
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)
     try:
         wait_for(ready, startup_guard() if start_s is None else start_s, child)
         fault(child)
