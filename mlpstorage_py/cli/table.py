@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli import config, submission, systems, utility
+from mlpstorage_py.cli import config, replay, submission, systems, utility
 from mlpstorage_py.cli.command import DEBUG, NONE, TREE, Command, Group
 
 COMMANDS: tuple[Group | Command, ...] = (
@@ -70,6 +70,12 @@ COMMANDS: tuple[Group | Command, ...] = (
             submission.yes_argument),
     Command(("runs", "gc"), "move code images no leaf points to into the trash; a dry run without --yes",
             submission.runs_gc, submission.yes_argument),
+    Command(("replay",), "run a traced leaf's distilled fio job (replay.fio) and compare it with the run",
+            replay.replay, replay.replay_arguments,
+            description="Write replay.fio into LEAF from its io_trace.json when it has none, run it with fio on DIR "
+                        "(here, or one fio per --hosts entry), and print the replay's bandwidth and latency "
+                        "percentiles beside the traced run's; the figures go to LEAF/replay_<timestamp>.json.",
+            flags=DEBUG),
 )
 
 

@@ -1,0 +1,266 @@
+"""`mlpstorage replay`: run a leaf's replay.fio with fio on a directory, on this machine or one fio
+per host over the remote shell MPI uses, and set the replay's bandwidth and latency beside the
+traced run's. The leaf gains replay.fio (when it had none) and one replay_<timestamp>.json.
+
+Latency on both sides is a log2 bucket's upper bound (io_trace.percentile): the trace records
+log2 histograms, and fio's completion latencies (json+ bins) are bucketed the same way, so the
+two columns are read alike. The trace's latency is the device's (block) or the system call's
+(vfs); fio's clat is from submission to completion, the page cache included when buffered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
+from mlpstorage_py.launch import process
+from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.hostnames import is_local
+from mlpstorage_py.launch.preflight import check_hosts, remote_shell
+from mlpstorage_py.results import io_trace
+from mlpstorage_py.results.io import write_failed
+from mlpstorage_py.results.leaf import DATETIME_FORMAT
+from mlpstorage_py.trace import replay as distiller
+
+MIB = 2 ** 20
+QUANTILES = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
+DIRECTIONS = tuple(op for op in io_trace.OPS if op != "flush")  # what fio moves bytes in
+
+
+@dataclass
+class HostRun:
+    """One fio: where it runs, its argv, its output files and what came of it."""
+
+    host: str
+    argv: list[str]
+    stdout: Path
+    stderr: Path
+    code: int | None = None
+    error: BaseException | None = None
+
+
+def _log2_us(bins_ns: dict[str, int]) -> dict[str, int]:
+    """fio's clat bins (ns: count) as the trace's log2 microsecond histogram."""
+    hist: dict[str, int] = {}
+    for ns, count in bins_ns.items():
+        us = int(float(ns)) // 1000
+        key = str(1 << (us.bit_length() - 1)) if us > 0 else "0"
+        hist[key] = hist.get(key, 0) + int(count)
+    return hist
+
+
+def _merge(into: dict[str, int], hist: dict[str, Any]) -> None:
+    for key, count in hist.items():
+        into[key] = into.get(key, 0) + int(count)
+
+
+def _figures(bytes_by: dict[str, int], seconds_by: dict[str, float], hists: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """Per direction: bytes, MiB/s and the latency percentiles (µs)."""
+    out: dict[str, Any] = {}
+    for d in DIRECTIONS:
+        seconds = seconds_by.get(d) or 0.0
+        entry: dict[str, Any] = {"bytes": bytes_by.get(d, 0),
+                                 "mib_s": round(bytes_by.get(d, 0) / MIB / seconds, 2) if seconds else None}
+        for label, q in QUANTILES.items():
+            entry[f"{label}_us"] = io_trace.percentile(hists.get(d) or {}, q)
+        out[d] = entry
+    return out
+
+
+def original(trace: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """The traced run's figures over the streams replay.fio replays: bytes / duration_s."""
+    made, _ = distiller.jobs(trace, meta)
+    hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
+    for job in made:
+        for d in DIRECTIONS:
+            _merge(hists[d], ((job.stream.get("ops") or {}).get(d) or {}).get("latency_us_hist") or {})
+    duration = float(trace.get("duration_s") or 0.0)
+    return _figures({"read": sum(j.read_bytes for j in made), "write": sum(j.write_bytes for j in made)},
+                    {d: duration for d in DIRECTIONS}, hists)
+
+
+def fio_report(stdout: Path) -> dict[str, Any]:
+    """fio's JSON from its stdout (anything it printed before the document skipped)."""
+    text = stdout.read_text(encoding="utf-8", errors="replace")
+    start = text.find("{")
+    try:
+        return json.loads(text[start:]) if start >= 0 else {}
+    except ValueError:
+        return {}
+
+
+def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The replay's figures over every host's jobs (all ran at once: bytes over the longest
+    job's runtime per direction), and each job's summary."""
+    bytes_by = {d: 0 for d in DIRECTIONS}
+    seconds_by = {d: 0.0 for d in DIRECTIONS}
+    hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
+    summary = []
+    for host_report in reports:
+        for job in host_report.get("jobs") or []:
+            runtime = float(job.get("job_runtime") or 0) / 1000
+            row: dict[str, Any] = {"host": host_report.get("_host"), "job": job.get("jobname"), "runtime_s": runtime,
+                                   "error": job.get("error", 0)}
+            for d in DIRECTIONS:
+                part = job.get(d) or {}
+                moved = int(part.get("io_bytes") or 0)
+                row[f"{d}_bytes"] = moved
+                if moved:
+                    bytes_by[d] += moved
+                    seconds_by[d] = max(seconds_by[d], runtime)
+                    _merge(hists[d], _log2_us((part.get("clat_ns") or {}).get("bins") or {}))
+            summary.append(row)
+    return _figures(bytes_by, seconds_by, hists), summary
+
+
+def _ratios(replayed: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
+    """replay / original for every figure both sides have."""
+    out: dict[str, Any] = {}
+    for d in DIRECTIONS:
+        for key in ("mib_s", *(f"{q}_us" for q in QUANTILES)):
+            a, b = replayed[d].get(key), traced[d].get(key)
+            out[f"{d}_{key}"] = round(a / b, 3) if a is not None and b else None
+    return out
+
+
+def _host_argv(host: str | None, fio: str, args: list[str]) -> list[str]:
+    """fio here, or over the remote shell MPI uses (one command line the remote shell runs)."""
+    if host is None or is_local(host):
+        return [fio, *args]
+    shell = remote_shell()
+    options = ["-o", "BatchMode=yes"] if "ssh" in os.path.basename(shell[0]) else []
+    return [*shell, *options, host.split(":")[0], shlex.join(["fio", *args])]
+
+
+def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
+    """Every host's fio at once (threads over process.run_logged, each with the deadline and
+    teardown); an interrupt stops every fio tree before it propagates."""
+    def one(run: HostRun) -> None:
+        try:
+            run.code = process.run_logged(run.argv, stdout_path=run.stdout, stderr_path=run.stderr,
+                                          cwd=run.stdout.parent, label=f"fio on {run.host}", echo=echo,
+                                          deadline_s=deadline_s)
+        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+            run.error = exc
+
+    threads = [threading.Thread(target=one, args=(run,), daemon=True) for run in runs]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)
+    except BaseException:
+        for pid in process.tree(os.getpid()) - {os.getpid()}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for thread in threads:
+            thread.join(timeout=process.GRACE_S * 3)
+        raise
+    for run in runs:
+        if run.error is not None:
+            raise run.error
+    for run in runs:
+        if run.code:
+            detail = process.error_line(run.stderr) or run.stderr.read_text(errors="replace").strip()[-300:]
+            raise BenchmarkFailed(f"fio on {run.host} exited with code {run.code}: {detail or 'no message'}")
+
+
+def _result_path(leaf: Path, text: str) -> Path:
+    """Write replay_<timestamp>.json into the leaf, never over an existing one (a taken name
+    moves to the next second): a temp file linked to the free name, so a reader sees it whole."""
+    tmp = leaf / f".replay.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        when = time.time()
+        for bump in range(3600):
+            path = leaf / f"replay_{time.strftime(DATETIME_FORMAT, time.gmtime(when + bump))}.json"
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            return path
+        raise UsageError(f"no free replay_<timestamp>.json name in {leaf} within an hour of now")
+    except OSError as exc:
+        raise write_failed(tmp, exc) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
+           echo: bool = False) -> tuple[dict[str, Any], Path, bool]:
+    """Run the leaf's replay.fio on `directory` (writing it first when absent); returns the
+    record written, its path, and whether replay.fio was written now."""
+    leaf = leaf.expanduser().absolute()
+    trace, meta = distiller.load(leaf)
+    directory = directory.expanduser().absolute()
+    if not directory.is_dir():
+        raise missing_directory("--directory", directory)
+    fio = shutil.which("fio")
+    if fio is None:
+        raise NotFoundError("fio is not installed (apt-get install fio): replay runs the job with fio")
+    job_file = leaf / distiller.FILE
+    written = not job_file.exists() and not job_file.is_symlink()
+    distiller.write(leaf)
+    by_host = distiller.sections(job_file.read_text(encoding="utf-8"))
+    if not by_host:
+        raise UsageError(f"{job_file} has no job sections")
+    common = ["--output-format=json+", f"--directory={directory}"]
+    if runtime_cap:
+        common.append(f"--runtime={int(max(1, runtime_cap))}")
+    if hosts:
+        if len(hosts) != len(by_host):
+            raise UsageError(f"--hosts names {len(hosts)} host(s); the trace's jobs came from {len(by_host)} "
+                             "(give one host per traced host, in the trace's order, or none to replay all here)")
+        check_hosts(hosts)
+        plan = [(host, [*common, *(f"--section={s}" for s in by_host[i]), str(job_file)])
+                for host, i in zip(hosts, sorted(by_host))]
+    else:
+        plan = [("localhost", [*common, str(job_file)])]
+    total = sum(j.read_bytes + j.write_bytes for j in distiller.jobs(trace, meta)[0])
+    deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch:
+        runs = [HostRun(host, _host_argv(host if hosts else None, fio, argv), Path(scratch) / f"fio{i}.json",
+                        Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
+        _run_all(runs, deadline, echo)
+        reports = []
+        for run in runs:
+            report = fio_report(run.stdout)
+            if not report.get("jobs"):
+                raise BenchmarkFailed(f"fio on {run.host} printed no JSON report ({run.stdout.name} was empty or cut)")
+            reports.append({**report, "_host": run.host})
+    replayed, per_job = measured(reports)
+    traced = original(trace, meta)
+    record = {"leaf": str(leaf), "job_file": distiller.FILE, "directory": str(directory), "hosts": [h for h, _ in plan],
+              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+              "fio_version": reports[0].get("fio version"), "trace_level": trace.get("level"),
+              "runtime_cap_s": runtime_cap, "argv": [r.argv for r in runs],
+              "original": traced, "replay": replayed, "ratio": _ratios(replayed, traced), "jobs": per_job}
+    path = _result_path(leaf, json.dumps(record, indent=2) + "\n")
+    return record, path, written
+
+
+def table(record: dict[str, Any]) -> str:
+    """The replay's figures beside the original's, one row per figure."""
+    rows = [("", "original", "replay", "ratio")]
+    for d in DIRECTIONS:
+        if not (record["original"][d]["bytes"] or record["replay"][d]["bytes"]):
+            continue
+        for key, label in (("mib_s", f"{d} MiB/s"), *((f"{q}_us", f"{d} {q} us") for q in QUANTILES)):
+            cells = [record["original"][d].get(key), record["replay"][d].get(key), record["ratio"].get(f"{d}_{key}")]
+            rows.append((label, *("-" if v is None else f"{v:g}" for v in cells)))
+        rows.append((f"{d} bytes", str(record["original"][d]["bytes"]), str(record["replay"][d]["bytes"]), ""))
+    return "\n".join(f"{a:<16}{b:>14}{c:>14}{d:>9}".rstrip() for a, b, c, d in rows)

@@ -1,0 +1,251 @@
+"""replay.fio distilled from hand-made io_trace.json records (mlpstorage_py/trace/replay.py) and
+`mlpstorage replay` run for real with fio on a tmp directory (issue 27)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlpstorage_py.errors import UsageError
+from mlpstorage_py.trace import replay
+
+MIB = 2 ** 20
+FIO = shutil.which("fio")
+needs_fio = pytest.mark.skipif(FIO is None, reason="fio is not installed (make test installs it)")
+
+
+def op(requests: int, size_hist: dict[int, int], sequential: float, latency: dict[int, int] | None = None,
+       nbytes: int | None = None) -> dict[str, Any]:
+    """One op's record as the tracer writes it (bytes from the histogram unless given)."""
+    return {"requests": requests, "bytes": sum(k * v for k, v in size_hist.items()) if nbytes is None else nbytes,
+            "size_hist": {str(k): v for k, v in size_hist.items()},
+            "latency_us_hist": {str(k): v for k, v in (latency or {256: requests}).items()},
+            "sequential_share": sequential}
+
+
+def seq_write(pid: int = 100, mib: int = 64) -> dict[str, Any]:
+    """A sequential 1 MiB write stream with one fsync at the end."""
+    return {"pid": pid, "comm": "python3", "in_flight_mean": 1.3,
+            "ops": {"write": op(mib, {MIB: mib}, 0.98, {2048: mib}), "flush": op(1, {}, 0.0, {64: 1}, 0)}}
+
+
+def rand_read(pid: int = 101) -> dict[str, Any]:
+    """A random 4 KiB read stream, eight requests in flight on average."""
+    return {"pid": pid, "comm": "python3", "in_flight_mean": 7.6, "ops": {"read": op(2000, {4096: 2000}, 0.03)}}
+
+
+def mixed(pid: int = 102) -> dict[str, Any]:
+    """A mostly sequential stream: 300 reads of 64 KiB, 100 writes of 4 KiB and 64 KiB, flushed often."""
+    return {"pid": pid, "comm": "kv worker", "in_flight_mean": 0.4,
+            "ops": {"read": op(300, {65536: 300}, 0.9), "write": op(100, {4096: 60, 65536: 40}, 0.7),
+                    "flush": op(10, {}, 0.0, {64: 10}, 0)}}
+
+
+def trace(*stream_lists: list[dict[str, Any]], level: str = "block", duration_s: float = 2.0) -> dict[str, Any]:
+    """A trace with one host per list of streams."""
+    return {"schema": 1, "level": level, "why": "" if level in ("block", "vfs") else "s3 run, not traced",
+            "duration_s": duration_s,
+            "hosts": {f"host{i}": {"hostname": f"host{i}", "devices": {}, "streams": streams}
+                      for i, streams in enumerate(stream_lists)}}
+
+
+def sections(text: str) -> dict[str, dict[str, str]]:
+    """The job file's sections as {name: {key: value}}."""
+    found: dict[str, dict[str, str]] = {}
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("[") and line.endswith("]"):
+            current = found.setdefault(line[1:-1], {})
+        elif "=" in line and not line.startswith(";"):
+            key, value = line.split("=", 1)
+            current[key] = value
+    return found
+
+
+def fio_bytes(text: str) -> int:
+    """A size in fio's spelling (1m, 64k, 512) as bytes."""
+    number, unit = re.fullmatch(r"(\d+)([km]?)", text).groups()
+    return int(number) * {"": 1, "k": 1024, "m": MIB}[unit]
+
+
+def make_leaf(root: Path, record: dict[str, Any], metadata: dict[str, Any] | None = None) -> Path:
+    """A run leaf with its metadata and io_trace.json."""
+    leaf = root / "20261202_070000"
+    leaf.mkdir(parents=True)
+    (leaf / "checkpointing_20261202_070000_metadata.json").write_text(json.dumps(metadata or {"args": {}}))
+    (leaf / "io_trace.json").write_text(json.dumps(record))
+    return leaf
+
+
+@needs_fio
+def test_distilled_job_parses_and_follows_the_trace(tmp_path):
+    """Three streams, three jobs: fio --parse-only accepts the file; bssplit, rw, rwmixread,
+    iodepth, fsync/end_fsync and size are the trace's; sizes add up to the traced bytes."""
+    record = trace([seq_write(), rand_read(), mixed()])
+    text = replay.distill(record, {"args": {}}, name="/r/leaf")
+    path = tmp_path / "replay.fio"
+    path.write_text(text)
+    done = subprocess.run([FIO, "--parse-only", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    jobs = sections(text)
+    assert jobs.pop("global") == {"filename_format": "$jobname.$jobnum.$filenum", "group_reporting": "0"}
+    write, read, mix = jobs["h0-python3-100"], jobs["h0-python3-101"], jobs["h0-kv_worker-102"]
+    assert (write["rw"], write["bssplit"], write["iodepth"], write["end_fsync"], write["size"]) == \
+        ("write", "1m/100", "1", "1", "64m")
+    assert "fsync" not in write
+    assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "8", "8000k")
+    assert (mix["rw"], mix["rwmixread"], mix["bssplit"], mix["fsync"], mix["iodepth"]) == \
+        ("readwrite", "75", "64k/100,4k/60:64k/40", "10", "1")
+    for job in (write, read, mix):
+        assert (job["ioengine"], job["direct"], job["numjobs"]) == ("psync", "0", "1")
+    traced = sum(replay.stream_bytes(s) for s in (seq_write(), rand_read(), mixed()))
+    assert abs(sum(fio_bytes(j["size"]) for j in (write, read, mix)) - traced) < 4096 * 3
+    assert "/r/leaf" in text.splitlines()[0] and "block layer" in text.splitlines()[1]
+
+
+def test_bssplit_percentages_sum_to_100_by_count():
+    """Percentages by count, rounded by largest remainder to exactly 100, sizes in k and m."""
+    assert replay.bssplit({"4096": 1, "65536": 1, str(MIB): 1}, 512)[0] == "4k/34:64k/33:1m/33"
+    assert replay.bssplit({"4096": 10, "65536": 50, str(MIB): 40}, 512)[0] == "4k/10:64k/50:1m/40"
+    assert replay.bssplit({"512": 3, "2048": 1}, 4096)[0] == "4k/100"  # raised to the direct floor
+
+
+def test_direct_run_gets_libaio_at_the_observed_depth():
+    """A run whose metadata says O_DIRECT: libaio, direct=1, iodepth the rounded in-flight mean."""
+    text = replay.distill(trace([rand_read()]), {"args": {"o_direct": True}})
+    job = sections(text)["h0-python3-101"]
+    assert (job["ioengine"], job["direct"], job["iodepth"]) == ("libaio", "1", "8")
+
+
+def test_each_host_gets_its_jobs_and_trivial_streams_are_left_out():
+    """Job names carry the trace host's index (sections() maps them back); a stream with under
+    1 % of the bytes is no job and the header says so."""
+    tiny = {"pid": 7, "comm": "jbd2", "in_flight_mean": 1, "ops": {"write": op(1, {4096: 1}, 1.0)}}
+    text = replay.distill(trace([seq_write(100), tiny], [seq_write(200)]), None)
+    assert replay.sections(text) == {0: ["h0-python3-100"], 1: ["h1-python3-200"]}
+    assert "left out: 1 stream(s)" in text
+
+
+@pytest.mark.parametrize("level", ["none", "object"])
+def test_a_trace_without_requests_is_refused(level):
+    with pytest.raises(UsageError, match=f"level is '{level}'"):
+        replay.distill(trace([seq_write()], level=level), None)
+
+
+def test_write_keeps_an_existing_job_file_and_refuses_a_symlink(tmp_path):
+    leaf = make_leaf(tmp_path, trace([seq_write()]))
+    path = replay.write(leaf)
+    assert path == leaf / "replay.fio" and "[h0-python3-100]" in path.read_text()
+    path.write_text("; edited\n")
+    assert replay.write(leaf).read_text() == "; edited\n"
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere.fio")
+    with pytest.raises(UsageError, match="symlink"):
+        replay.write(leaf)
+    assert not (tmp_path / "elsewhere.fio").exists()
+
+
+def small_trace() -> dict[str, Any]:
+    """8 MiB written in 1 MiB requests with an end fsync, 4 MiB read in 1 MiB requests, in 0.5 s."""
+    reader = {"pid": 301, "comm": "python3", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0, {512: 4})}}
+    return trace([seq_write(300, 8), reader], duration_s=0.5)
+
+
+@needs_fio
+def test_replay_runs_fio_and_prints_its_figures_beside_the_run(cli, tmp_path):
+    """One real replay: exit 0, the table, replay.fio and one replay_<timestamp>.json written,
+    fio's bytes equal the job's; nothing else enters the leaf. A second replay keeps replay.fio
+    and writes a second result beside the first."""
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    target = tmp_path / "target"
+    target.mkdir()
+    result = cli("replay", leaf, "--directory", target)
+    assert result.rc == 0, result.err
+    assert f"wrote {leaf / 'replay.fio'}" in result.out
+    for label in ("read MiB/s", "write MiB/s", "read p99 us", "write p50 us"):
+        assert re.search(rf"^{label}\s+\S+\s+\S+\s+\S+$", result.out, re.M), result.out
+    assert re.search(r"^write MiB/s\s+16\s", result.out, re.M)  # the original: 8 MiB in 0.5 s
+    results = sorted(leaf.glob("replay_*.json"))
+    assert len(results) == 1 and f"wrote {results[0]}" in result.out
+    record = json.loads(results[0].read_text())
+    assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (8 * MIB, 4 * MIB)
+    assert record["original"]["write"]["bytes"] == 8 * MIB and record["original"]["write"]["mib_s"] == 16
+    assert record["replay"]["write"]["mib_s"] > 0 and record["ratio"]["write_mib_s"] > 0
+    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-300.0.0", "h0-python3-301.0.0"]
+    again = cli("replay", leaf, "--directory", target, "--runtime-cap", "60")
+    assert again.rc == 0 and f"using {leaf / 'replay.fio'}" in again.out
+    assert len(list(leaf.glob("replay_*.json"))) == 2
+    assert sorted(p.name for p in leaf.iterdir() if not p.name.startswith("replay_")) == \
+        ["checkpointing_20261202_070000_metadata.json", "io_trace.json", "replay.fio"]
+
+
+@needs_fio
+def test_replay_on_named_hosts_runs_each_traced_hosts_jobs(cli, tmp_path):
+    """--hosts: one host per traced host (this machine here), each fio running only its sections;
+    a count that does not match the trace's hosts is a usage error."""
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    target = tmp_path / "target"
+    target.mkdir()
+    result = cli("replay", leaf, "--directory", target, "--hosts", "127.0.0.1")
+    assert result.rc == 0, result.err
+    record = json.loads(next(leaf.glob("replay_*.json")).read_text())
+    assert record["hosts"] == ["127.0.0.1"] and "--section=h0-python3-300" in record["argv"][0]
+    wrong = cli("replay", leaf, "--directory", target, "--hosts", "127.0.0.1,localhost")
+    assert wrong.rc == 2 and "--hosts names 2 host(s)" in wrong.err
+
+
+def bad(root: Path, case: str) -> Path:
+    """A leaf argument that is wrong in the named way."""
+    if case == "missing":
+        return root / "nowhere"
+    if case == "no-metadata":
+        (root / "plain").mkdir()
+        return root / "plain"
+    if case == "no-trace":
+        leaf = make_leaf(root, trace([seq_write()]))
+        (leaf / "io_trace.json").unlink()
+        return leaf
+    return make_leaf(root, trace([seq_write()], level="none"))
+
+
+@pytest.mark.parametrize("case, code, message", [
+    ("missing", 3, "is not a directory"),
+    ("no-metadata", 2, "is not a run leaf"),
+    ("no-trace", 3, "has no io_trace.json"),
+    ("level-none", 2, "level is 'none'"),
+])
+def test_bad_leaf_is_one_line_with_its_exit_code(cli, tmp_path, case, code, message):
+    result = cli("replay", bad(tmp_path, case), "--directory", tmp_path)
+    assert result.rc == code
+    lines = [l for l in result.err.splitlines() if l.startswith("mlpstorage: error:")]
+    assert len(lines) == 1 and message in lines[0], result.err
+    assert not list(tmp_path.rglob("replay*"))
+
+
+def test_missing_directory_and_missing_fio(cli, tmp_path, monkeypatch):
+    """DIR that does not exist: configuration error 5; no fio on PATH: not found, 3."""
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    result = cli("replay", leaf, "--directory", tmp_path / "absent")
+    assert result.rc == 5 and "does not exist" in result.err
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = cli("replay", leaf, "--directory", tmp_path)
+    assert result.rc == 3 and "fio is not installed" in result.err
+    assert not list(leaf.glob("replay*"))  # nothing written before the run could start
+
+
+@needs_fio
+def test_fio_failing_is_a_failed_benchmark(cli, tmp_path):
+    """A replay.fio that fio rejects (edited by hand): exit 6 with fio's line; no result written."""
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    (leaf / "replay.fio").write_text("[job]\nrw=write\nbs=1m\nsize=1m\nno_such_option=1\n")
+    result = cli("replay", leaf, "--directory", tmp_path)
+    assert result.rc == 6 and "fio on localhost exited with code" in result.err, result.err
+    assert not list(leaf.glob("replay_*.json"))
+    assert os.listdir(leaf).count("replay.fio") == 1
