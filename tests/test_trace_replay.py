@@ -249,3 +249,24 @@ def test_fio_failing_is_a_failed_benchmark(cli, tmp_path):
     assert result.rc == 6 and "fio on localhost exited with code" in result.err, result.err
     assert not list(leaf.glob("replay_*.json"))
     assert os.listdir(leaf).count("replay.fio") == 1
+
+
+@needs_fio
+@pytest.mark.heavy
+def test_replay_on_two_simulated_hosts_runs_one_fio_per_host(cli, tmp_path, sim_hosts):
+    """Two traced hosts replayed on two simulated hosts: one fio per host over the remote shell,
+    each running only its own host's job; the bytes add up and nothing is left on the hosts
+    (sim_hosts asserts that)."""
+    leaf = make_leaf(tmp_path / "leaf", trace([seq_write(400, 4)], [seq_write(500, 2)], duration_s=0.5))
+    target = tmp_path / "target"
+    target.mkdir()
+    first, second = sim_hosts.names[:2]
+    result = cli("replay", leaf, "--directory", target, "--hosts", first, second)
+    assert result.rc == 0, result.err
+    record = json.loads(next(leaf.glob("replay_*.json")).read_text())
+    assert record["hosts"] == [first, second]
+    assert [argv[-2] for argv in record["argv"]] == [first, second]  # over the remote shell
+    assert "--section=h0-python3-400" in record["argv"][0][-1] and "--section=h1-python3-500" in record["argv"][1][-1]
+    assert {(row["host"], row["job"], row["write_bytes"]) for row in record["jobs"]} == \
+        {(first, "h0-python3-400", 4 * MIB), (second, "h1-python3-500", 2 * MIB)}
+    assert record["replay"]["write"]["bytes"] == 6 * MIB
