@@ -7,11 +7,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from conftest import MLPSTORAGE, signal_when_ready, subprocess_env
 
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.trace import replay
@@ -251,6 +254,35 @@ def test_fio_failing_is_a_failed_benchmark(cli, tmp_path):
     assert os.listdir(leaf).count("replay.fio") == 1
 
 
+def fio_processes(target: Path) -> list[int]:
+    """fio processes whose command line names `target`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "fio" and \
+                    str(target).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@needs_fio
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_replay_leaves_no_fio(tmp_path, sig):
+    """SIGINT or SIGTERM while fio runs (a rate-limited, time-based job that cannot finish first):
+    exit 8, no fio left, no result written."""
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    (leaf / "replay.fio").write_text("[h0-slow]\nrw=write\nbs=4k\nsize=64m\nrate=256k\ntime_based=1\nruntime=600\n")
+    target = tmp_path / "target"
+    target.mkdir()
+    code, err, _ = signal_when_ready([str(MLPSTORAGE), "replay", str(leaf), "--directory", str(target)],
+                                     subprocess_env(tmp_path), lambda: bool(fio_processes(target)), sig)
+    assert code == 8, err
+    assert not fio_processes(target)
+    assert not list(leaf.glob("replay_*.json"))
+
+
 @needs_fio
 @pytest.mark.heavy
 def test_replay_on_two_simulated_hosts_runs_one_fio_per_host(cli, tmp_path, sim_hosts):
@@ -267,6 +299,31 @@ def test_replay_on_two_simulated_hosts_runs_one_fio_per_host(cli, tmp_path, sim_
     assert record["hosts"] == [first, second]
     assert [argv[-2] for argv in record["argv"]] == [first, second]  # over the remote shell
     assert "--section=h0-python3-400" in record["argv"][0][-1] and "--section=h1-python3-500" in record["argv"][1][-1]
+    assert "--section=h1" not in record["argv"][0][-1]
     assert {(row["host"], row["job"], row["write_bytes"]) for row in record["jobs"]} == \
         {(first, "h0-python3-400", 4 * MIB), (second, "h1-python3-500", 2 * MIB)}
     assert record["replay"]["write"]["bytes"] == 6 * MIB
+
+
+@needs_fio
+@pytest.mark.heavy
+def test_an_interrupted_replay_on_simulated_hosts_leaves_no_fio_on_them(tmp_path, sim_hosts):
+    """SIGINT while each simulated host runs its fio over the remote shell: exit 8, and no fio
+    (nor anything else of ours) is left on any host (sim_hosts asserts the rest)."""
+    leaf = make_leaf(tmp_path / "leaf", trace([seq_write(400, 4)], [seq_write(500, 2)]))
+    slow = "rw=write\nbs=4k\nsize=64m\nrate=256k\ntime_based=1\nruntime=600\n"
+    (leaf / "replay.fio").write_text(f"[h0-slow]\n{slow}\n[h1-slow]\n{slow}")
+    target = tmp_path / "target"
+    target.mkdir()
+    names = sim_hosts.names[:2]
+    env = {**subprocess_env(tmp_path), **sim_hosts.env()}
+
+    def both_running() -> bool:
+        found = sim_hosts.running(str(target).encode(), names)
+        return all(found.get(name) for name in names)
+
+    code, err, _ = signal_when_ready([str(MLPSTORAGE), "replay", str(leaf), "--directory", str(target),
+                                      "--hosts", *names], env, both_running, signal.SIGINT)
+    assert code == 8, err
+    assert not sim_hosts.stray_processes(), "a fio survived on a simulated host"
+    assert not list(leaf.glob("replay_*.json"))

@@ -134,13 +134,20 @@ def _ratios(replayed: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The remote side of one host's fio: a session without a terminal gets no SIGHUP when its ssh
+# client is stopped, so a watcher ends fio once the session's sshd is gone (polled each second).
+REMOTE = ("{fio} & f=$!; p=$PPID; (while kill -0 $p && kill -0 $f; do sleep 1; done; kill $f) "
+          ">/dev/null 2>&1 </dev/null & wait $f")
+
+
 def _host_argv(host: str | None, fio: str, args: list[str]) -> list[str]:
-    """fio here, or over the remote shell MPI uses (one command line the remote shell runs)."""
+    """fio here, or over the remote shell MPI uses (one POSIX shell command line, with the
+    watcher that ends fio when the session is cut: teardown on every host)."""
     if host is None or is_local(host):
         return [fio, *args]
     shell = remote_shell()
     options = ["-o", "BatchMode=yes"] if "ssh" in os.path.basename(shell[0]) else []
-    return [*shell, *options, host.split(":")[0], shlex.join(["fio", *args])]
+    return [*shell, *options, host.split(":")[0], REMOTE.format(fio=shlex.join(["fio", *args]))]
 
 
 def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
@@ -155,9 +162,9 @@ def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
             run.error = exc
 
     threads = [threading.Thread(target=one, args=(run,), daemon=True) for run in runs]
-    for thread in threads:
-        thread.start()
     try:
+        for thread in threads:
+            thread.start()
         for thread in threads:
             while thread.is_alive():
                 thread.join(timeout=0.5)
@@ -166,7 +173,8 @@ def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         for thread in threads:
-            thread.join(timeout=process.GRACE_S * 3)
+            if thread.ident is not None:
+                thread.join(timeout=process.GRACE_S * 3)
         raise
     for run in runs:
         if run.error is not None:
