@@ -26,7 +26,7 @@ from typing import Any
 from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
 from mlpstorage_py.launch import process
 from mlpstorage_py.launch.deadline import job_deadline
-from mlpstorage_py.launch.hostnames import is_local
+from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import check_hosts, remote_shell
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import write_failed
@@ -147,7 +147,7 @@ def _host_argv(host: str | None, fio: str, args: list[str]) -> list[str]:
         return [fio, *args]
     shell = remote_shell()
     options = ["-o", "BatchMode=yes"] if "ssh" in os.path.basename(shell[0]) else []
-    return [*shell, *options, host.split(":")[0], REMOTE.format(fio=shlex.join(["fio", *args]))]
+    return [*shell, *options, host_name(host), REMOTE.format(fio=shlex.join(["fio", *args]))]
 
 
 def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
