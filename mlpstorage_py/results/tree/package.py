@@ -9,8 +9,10 @@ value, or the one sentence that says why there is none.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fnmatch import translate
@@ -65,6 +67,20 @@ def read_object(path: Path) -> Record:
     if not isinstance(data, dict):
         return Record(None, f"{name} is not a JSON object", path, kind)
     return Record(data, None, path, kind)
+
+
+@contextmanager
+def uncollected() -> Iterator[None]:
+    """Python's cycle collector paused while a reader builds long-lived objects only (the
+    listing, the result names): there is nothing for it to find, and at 100,000 leaves its
+    passes over the growing heap took 2 of the listing's 3.4 s."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @functools.cache
@@ -385,6 +401,7 @@ class Package:
     notes: dict[str, list] = field(default_factory=dict, repr=False)
 
     @classmethod
+    @uncollected()
     def load(cls, root: Path, submitters: set[str] | None = None, manifests: bool = False) -> "Package":
         """The package's leaves and organizations; a new Package is a new reading of the files.
         With `manifests` (validate asks for them before any leaf is checked), large submission.yaml
@@ -427,6 +444,7 @@ class Package:
         return str(path)[len(str(self.root).rstrip("/")) + 1:]
 
     @functools.cached_property
+    @uncollected()
     def result_names(self) -> dict[str, str]:
         """{path: name relative to the root} of the workload directories holding leaves, in order."""
         found = {str(leaf.workload_dir) for leaf in self.leaves}
