@@ -17,10 +17,12 @@ def by_scope(rules: list[Rule]) -> Checks:
     return {scope: [(r, c) for r in rules for c in r.checks if c.scope == scope] for scope in SCOPES}
 
 
-def check_system(system: System, checks: Checks, found: Found) -> None:
+Offered = dict[tuple[str, str], list[tuple[Rule, Check]]]  # (benchmark, command): the leaf checks that phase wants
+
+
+def check_system(system: System, checks: Checks, found: Found, offered: Offered) -> None:
     """Every leaf, phase, result and system check on one system, its readings released after."""
     since = files.mark()
-    offered: dict[tuple[str, str], list[tuple[Rule, Check]]] = {}  # the leaf checks a phase wants
     for result in system.results:
         for leaf in result.leaves:
             key = (leaf.benchmark, leaf.command)
@@ -46,8 +48,9 @@ def check_package(pkg: Package, systems: list[System], rules: list[Rule], packag
     `package_checks` the package's own checks."""
     checks = by_scope(rules)
     found: Found = {r.number: [] for r in rules}
+    offered: Offered = {}
     for system in systems:
-        check_system(system, checks, found)
+        check_system(system, checks, found, offered)
     for rule, check in checks[PACKAGE] if package_checks else ():
         found[rule.number].extend(rule.run(check, pkg))
     return found

@@ -8,7 +8,7 @@ from __future__ import annotations
 from mlpstorage_py.checker.registry import PACKAGE, Rule
 from mlpstorage_py.checker.runner import Found, by_scope, check_package
 from mlpstorage_py.results.tree import shares
-from mlpstorage_py.results.tree.package import Package
+from mlpstorage_py.results.tree.package import Package, uncollected
 
 
 def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
@@ -22,8 +22,9 @@ def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
             found[number].extend(findings)
         for number, items in notes.items():
             pkg.notes.setdefault(number, []).extend(items)
-    for rule, check_ in by_scope(rules)[PACKAGE]:
-        found[rule.number].extend(rule.run(check_, pkg))
+    with uncollected():  # over the whole package's listing, a collection would find nothing
+        for rule, check_ in by_scope(rules)[PACKAGE]:
+            found[rule.number].extend(rule.run(check_, pkg))
     return found
 
 

@@ -159,7 +159,7 @@ def kind_of(path: Path) -> str | None:
     """DIR, FILE, LINK or OTHER, None when there is no such entry: below the package root as
     the parent's listing has it (no system call), elsewhere by lstat."""
     key = str(path)
-    if _below_root(key):
+    if _below is not None and key.startswith(_below) and len(key) > len(_below):  # _below_root, inline: asked of every file
         parent, _, name = key.rpartition("/")
         listing = _listings.get(parent) or _listing(path.parent, parent)
         return listing.kinds.get(name)

@@ -123,6 +123,12 @@ class Leaf:
         spec = layout.benchmarks()[self.benchmark]
         return self.path.parents[len(spec["tail"]) - spec["result_depth"]]
 
+    @property
+    def workload_key(self) -> str:
+        """str(workload_dir), cut from the path's string (the parents of 100,000 Paths took a second)."""
+        spec = layout.benchmarks()[self.benchmark]
+        return str(self.path).rsplit("/", len(spec["tail"]) - spec["result_depth"] + 1)[0]
+
     # -- records ------------------------------------------------------------------------
     def glob(self, pattern: str) -> list[Path]:
         """Entries of the leaf whose names match a glob pattern, in name order."""
@@ -355,12 +361,12 @@ class System:
         """Every real workload directory of the system (with leaves or none), in name order."""
         found = []
         for bench, spec in layout.benchmarks().items():
-            by_dir: dict[Path, list[Leaf]] = {}
+            by_dir: dict[str, list[Leaf]] = {}
             for leaf in self.leaves:
                 if leaf.benchmark == bench:
-                    by_dir.setdefault(leaf.workload_dir, []).append(leaf)
+                    by_dir.setdefault(leaf.workload_key, []).append(leaf)
             for path, rel in _dirs_at(self.path / bench, spec["result_depth"] - 2):
-                found.append(Result(path, self, bench, rel[-1], by_dir.pop(path, [])))
+                found.append(Result(path, self, bench, rel[-1], by_dir.pop(str(path), [])))
         return found
 
     def release(self, since: tuple[int, ...]) -> None:
@@ -447,7 +453,7 @@ class Package:
     @uncollected()
     def result_names(self) -> dict[str, str]:
         """{path: name relative to the root} of the workload directories holding leaves, in order."""
-        found = {str(leaf.workload_dir) for leaf in self.leaves}
+        found = {leaf.workload_key for leaf in self.leaves}
         # Path order (part by part), without making 20,000 Paths compare at 100,000 leaves.
         return {path: self.relative(path) for path in sorted(found, key=lambda path: path.split("/"))}
 
