@@ -8,20 +8,36 @@ bound (a power of two, as a decimal string): count}:
      "level": "block" | "vfs" | "object" | "none",   # where it was traced
      "why": "...",                 # for vfs/object/none: why not at the block layer
      "duration_s": 12.3,           # from the tracers' attach to their stop
+     "data_paths": ["..."],        # the paths traced, as given
+     "complete": true,             # every host's tracer printed its maps (else see its "error")
      "hosts": {"<--hosts entry>": {
          "hostname": "...",
+         "complete": true, "error": "...",          # error only when not complete
+         "paths": [{"path": "...", "level": "...", "devices": [{"name", "dev", "level"}], "why": "..."}],
          "devices": {"<name, e.g. vda>": {
+             "level": "block" | "vfs",  # vfs devices are named <fstype>:<mount point>
              "read"|"write"|"flush": {"requests": n, "bytes": n,
                                       "size_hist": {...}, "latency_us_hist": {...},
                                       "p50_us": x, "p95_us": x, "p99_us": x,
                                       "sequential_share": 0.0-1.0},
              "queue_depth": [[t_s, in_flight], ...],
              "read_share_bytes": 0.0-1.0}},
-         "streams": [{"pid": n, "comm": "...", "ops": {"read"|"write"|"flush": {same as above, no percentiles needed}},
+         "streams": [{"pid": n, "comm": "...", "device": "<name>", "kernel_thread": false,
+                      "ops": {"read"|"write"|"flush": {same as above, no percentiles needed}},
                       "in_flight_mean": x}]}},
-     "unattributed": {"devices": {...}, "why": "..."}}   # I/O no client host issued (writeback)
+     "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
+                                   # I/O no client host issued (writeback)
 
-A stream is one issuing process: what `replay.fio` turns into one fio job.
+Null where there is nothing to measure: percentiles without requests, sequential_share for
+flushes (no position) and without requests, read_share_bytes without bytes. A device's requests
+at the block layer are the disk's requests, at the vfs level the system calls on files of that
+filesystem. queue_depth is the mean in flight per point (a point merges neighbours once 2,000
+are kept). A host's share is the I/O its hostname issued; `unattributed` is the rest of what the
+same disks saw (the kernel's writeback threads, other namespaces), from one tracer per kernel,
+its device names prefixed `<host entry>:` when the hosts run more than one kernel.
+
+A stream is one issuing process on one device: what `replay.fio` turns into one fio job. A
+kernel thread's stream (kernel_thread: kworker writeback, a journal) is the kernel's own I/O.
 """
 
 from __future__ import annotations

@@ -1,0 +1,137 @@
+"""The traced host's side, run there over the remote shell (`python -m mlpstorage_py.trace.agent`):
+
+    probe PATH...    print the host's facts (trace/devices.py) as one JSON line
+    run PROGRAM      run bpftrace on PROGRAM, its JSON output on our stdout, until our stdin
+                     ends (the session closed it, or the remote shell died): then SIGINT, so it
+                     prints its maps, and SIGKILL after STOP_GRACE_S; a last line says it ended
+    reap MARKER      SIGKILL every bpftrace whose command line holds MARKER (a program path):
+                     what the session runs when a host's agent did not say it ended
+
+A remote shell does not pass a signal on to the remote command, but it does close its stdin: so
+the agent is stopped by closing its stdin, and a session killed outright stops it the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
+from mlpstorage_py.trace.devices import facts
+
+STOP_GRACE_S = 20.0  # bpftrace reads and prints every map after SIGINT; a big one takes seconds
+ENDED = "agent_ended"
+# bpftrace's kernel maps: the default 4096 keys is a few hundred streams once a histogram's
+# buckets count as keys; memory stays bounded either way (a full map drops new keys).
+MAP_KEYS_MAX = "16384"
+
+
+def bpftrace_argv(bpftrace: str, program: Path) -> list[str]:
+    return [bpftrace, "-f", "json", str(program)]
+
+
+def bpftrace_env() -> dict[str, str]:
+    return {**os.environ, "BPFTRACE_MAP_KEYS_MAX": MAP_KEYS_MAX}
+
+
+def prepare_child(parent: int) -> None:
+    """In bpftrace's process before exec: as much locked memory as we may have (bpftrace raises
+    RLIMIT_MEMLOCK itself and warns where it may not; kernels since 5.11 charge BPF maps to the
+    memory cgroup instead, so it still works), and SIGTERM when its parent dies, even by SIGKILL."""
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (OSError, ValueError):
+        pass
+    if LIBC is not None:
+        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def stop(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int:
+    """SIGINT (bpftrace prints its maps and exits), SIGKILL after grace_s; the exit status."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)
+        try:
+            return child.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return child.wait()
+
+
+def _run(program: Path) -> int:
+    bpftrace = shutil.which("bpftrace") or "bpftrace"
+    parent = os.getpid()
+    ending: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: ending.append(signum))
+    child = subprocess.Popen(bpftrace_argv(bpftrace, program), stdin=subprocess.DEVNULL, env=bpftrace_env(),
+                             start_new_session=True, preexec_fn=lambda: prepare_child(parent))
+    while child.poll() is None and not ending:
+        try:
+            ready, _, _ = select.select([sys.stdin.fileno()], [], [], 0.5)
+        except InterruptedError:
+            continue
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break  # stdin ended: the session asked us to stop, or is gone
+    code = stop(child)
+    sys.stdout.write(json.dumps({"type": ENDED, "exit": code}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def reap(marker: str) -> int:
+    """SIGKILL the bpftrace processes running `marker`'s program; how many there were."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"bpftrace" and marker.encode() in argv:
+            found.append(int(entry.name))
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end and any(_alive(pid) for pid in found):
+        time.sleep(0.05)
+    return len(found)
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie has ended: its parent has yet to reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 1 and argv[0] == "probe":
+        print(json.dumps(facts(argv[1:])))
+        return 0
+    if len(argv) == 2 and argv[0] == "run":
+        return _run(Path(argv[1]))
+    if len(argv) == 2 and argv[0] == "reap":
+        print(json.dumps({"type": "reaped", "count": reap(argv[1])}))
+        return 0
+    print("usage: python -m mlpstorage_py.trace.agent probe PATH... | run PROGRAM | reap MARKER", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

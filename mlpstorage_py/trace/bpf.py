@@ -1,0 +1,193 @@
+"""The bpftrace program one host runs: counters and log2 histograms kept in kernel maps (memory
+bounded however long the run), printed once at the end, and the in-flight counters sampled every
+SAMPLE_MS. trace/parse.py reads its `-f json` output back.
+
+Every event is keyed by the UTS namespace of the task that issued it (`@uts` names each one), so
+a host's share is the events its hostname issued: simulated hosts share one kernel and one disk,
+and a kernel's writeback (kworkers) is issued under the root namespace's name, not the host's.
+
+Block level (a data path with a disk behind it): a request's owner is the task that allocated it
+(`block_getrq`, in the submitter's context); `block_rq_issue` often runs in a kblockd worker. A
+request the trace never saw allocated (a flush the kernel builds itself, or one queued before the
+start) belongs to the task that issued it. Latency is issue to completion.
+
+VFS level (tmpfs, NFS, FUSE: no disk behind the path): the read/write/fsync system calls whose
+file lies on the data path's filesystem (the fd's superblock device), entry to exit.
+
+Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
+per process and device) and `owner,dev,comm` for a stream's busy time, where owner packs the namespace, the kernel-thread flag
+and the pid into one number (one map value, so a request's owner is never half written).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SAMPLE_MS = 100
+# owner = uts namespace inum << 32 | PF_KTHREAD (0x00200000) << 10 (bit 31) | pid (< 2**22)
+KTHREAD_BIT = 1 << 31
+END_MARK = "end"
+# op numbers in the maps: the index into results.io_trace.OPS (read, write, flush)
+READ, WRITE, FLUSH = 0, 1, 2
+
+# What the end prints, and the in-flight counters the sampler prints (issued, done).
+RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy")
+SAMPLED_MAPS = ("@uts", "@qi", "@qd")
+READY_MARK = "ready"
+_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send")
+_VFS_HELPERS = ("@vt", "@vop", "@vdev", "@vpos", "@vino", "@end", "@vend_ino", "@send", "@sino")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One device the run's data reaches on a host: a disk (level block, `dev` the kernel's dev_t
+    of the whole disk, as request tracepoints show it) or a filesystem (level vfs, `dev` its
+    superblock's s_dev)."""
+
+    name: str
+    dev: int
+    level: str
+
+
+NS = "(uint64)curtask->nsproxy->uts_ns->ns.inum"
+NAME_UTS = f"@uts[{NS}] = curtask->nsproxy->uts_ns->name.nodename;"
+OWNER = f"(({NS} << 32) | (((uint64)curtask->flags & 0x00200000) << 10) | (uint64)pid)"
+RQ = "(uint64)args->dev, args->sector"
+
+
+def _op(rwbs: str) -> str:
+    """bpftrace statements setting $op from a tracepoint's rwbs ('R', 'RA', 'WS', 'FWS', 'FF'...:
+    a leading F is a preflush); 3 for what is none of the three (discard, zeroes)."""
+    return (f'$op = 3;\n'
+            f'  if (strncmp({rwbs}, "R", 1) == 0 || strncmp({rwbs}, "FR", 2) == 0) {{ $op = {READ}; }}\n'
+            f'  else if (strncmp({rwbs}, "W", 1) == 0 || strncmp({rwbs}, "FW", 2) == 0) {{ $op = {WRITE}; }}\n'
+            f'  else if (strncmp({rwbs}, "F", 1) == 0) {{ $op = {FLUSH}; }}')
+
+
+def _block(devs: list[int]) -> str:
+    """Requests on the disks `devs`. Sequentiality is judged in the submitter's order, as each
+    bio is queued (a request's allocation, or its merge into one): dispatch may reorder the
+    pieces of one split bio, which are sequential all the same."""
+    only = "@go && (" + " || ".join(f"args->dev == {d}" for d in devs) + ")"
+    own = f"@own[{RQ}] = {OWNER}; @own_comm[{RQ}] = comm; {NAME_UTS}"
+    moved = "(uint64)args->dev, args->sector + args->nr_sector"
+    keys = f"$own = {OWNER}; $ns = $own >> 32; $dev = (uint64)args->dev; $end = args->sector + args->nr_sector;"
+    follow = "@end[$ns, $dev, $op] = $end; @send[$own, $dev, $op] = $end;"
+    return f"""
+tracepoint:block:block_getrq /{only}/ {{
+  {own}
+  {_op("args->rwbs")}
+  if ($op < {FLUSH} && args->nr_sector > 0) {{
+    {keys}
+    if (@end[$ns, $dev, $op] == args->sector) {{ @seq[$ns, $dev, $op] = count(); }}
+    if (@send[$own, $dev, $op] == args->sector) {{ @sseq[$own, $dev, $op, comm] = count(); }}
+    {follow}
+  }}
+}}
+tracepoint:block:block_bio_backmerge /{only}/ {{
+  {_op("args->rwbs")}
+  if ($op < {FLUSH} && args->nr_sector > 0) {{ {keys} {follow} }}
+}}
+tracepoint:block:block_bio_frontmerge /{only}/ {{
+  {_op("args->rwbs")}
+  if ($op < {FLUSH} && args->nr_sector > 0) {{ {keys} {follow} }}
+  if (@own[{moved}]) {{
+    @own[{RQ}] = @own[{moved}]; @own_comm[{RQ}] = @own_comm[{moved}];
+    delete(@own[{moved}]); delete(@own_comm[{moved}]);
+  }}
+}}
+tracepoint:block:block_rq_merge /{only}/ {{ delete(@own[{RQ}]); delete(@own_comm[{RQ}]); }}
+tracepoint:block:block_rq_issue /{only}/ {{
+  {_op("args->rwbs")}
+  if ($op < 3) {{
+    if (@own[{RQ}] == 0) {{ {own} }}
+    $own = @own[{RQ}]; $comm = @own_comm[{RQ}]; $ns = $own >> 32; $dev = (uint64)args->dev;
+    @t0[{RQ}] = nsecs; @top[{RQ}] = $op;
+    @qi[$ns, $dev] = count();
+    if (@rqd[{RQ}]) {{ delete(@rqd[{RQ}]); }}
+    else {{
+      @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum(args->bytes); @sz[$ns, $dev, $op] = hist(args->bytes);
+      @srq[$own, $dev, $op, $comm] = count(); @sby[$own, $dev, $op, $comm] = sum(args->bytes);
+      @ssz[$own, $dev, $op, $comm] = hist(args->bytes);
+    }}
+  }}
+}}
+tracepoint:block:block_rq_requeue /{only}/ {{
+  if (@t0[{RQ}]) {{
+    @qd[@own[{RQ}] >> 32, (uint64)args->dev] = count(); @rqd[{RQ}] = 1;
+    delete(@t0[{RQ}]); delete(@top[{RQ}]);
+  }}
+}}
+tracepoint:block:block_rq_complete /{only}/ {{
+  if (@t0[{RQ}]) {{
+    $own = @own[{RQ}]; $lat = (nsecs - @t0[{RQ}]) / 1000;
+    @lat[$own >> 32, (uint64)args->dev, @top[{RQ}]] = hist($lat);
+    @sbusy[$own, (uint64)args->dev, @own_comm[{RQ}]] = sum($lat);
+    @qd[$own >> 32, (uint64)args->dev] = count();
+    delete(@t0[{RQ}]); delete(@top[{RQ}]);
+  }}
+  delete(@own[{RQ}]); delete(@own_comm[{RQ}]);
+}}
+"""
+
+
+# (system call, op, where its transfer starts in the file)
+_CALLS = (("read", READ, "$f->f_pos"), ("readv", READ, "$f->f_pos"), ("pread64", READ, "args->pos"),
+          ("preadv", READ, "args->pos_l"), ("write", WRITE, "$f->f_pos"), ("writev", WRITE, "$f->f_pos"),
+          ("pwrite64", WRITE, "args->pos"), ("pwritev", WRITE, "args->pos_l"), ("fsync", FLUSH, "0"),
+          ("fdatasync", FLUSH, "0"))
+
+
+def _vfs(devs: list[int]) -> str:
+    only = " || ".join(f"$dev == {d}" for d in devs)
+    entries = "".join(f"""
+tracepoint:syscalls:sys_enter_{call} /@go/ {{
+  $t = curtask;
+  if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
+    $f = *($t->files->fdt->fd + args->fd);
+    $dev = (uint64)$f->f_inode->i_sb->s_dev;
+    if ({only}) {{
+      @vt[tid] = nsecs; @vop[tid] = {op}; @vdev[tid] = $dev; @vpos[tid] = (uint64){pos};
+      @vino[tid] = (uint64)$f->f_inode->i_ino; @qi[{NS}, $dev] = count();
+    }}
+  }}
+}}""" for call, op, pos in _CALLS)
+    exits = ",\n".join(f"tracepoint:syscalls:sys_exit_{call}" for call, _, _ in _CALLS)
+    return entries + f"""
+{exits} /@vt[tid]/ {{
+  $own = {OWNER}; $ns = $own >> 32; $dev = @vdev[tid]; $op = @vop[tid];
+  {NAME_UTS}
+  @qd[$ns, $dev] = count();
+  if (args->ret > 0 || ($op == {FLUSH} && args->ret == 0)) {{
+    $n = (uint64)args->ret; $lat = (nsecs - @vt[tid]) / 1000; $pos = @vpos[tid]; $ino = @vino[tid];
+    @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum($n); @sz[$ns, $dev, $op] = hist($n);
+    @lat[$ns, $dev, $op] = hist($lat);
+    @srq[$own, $dev, $op, comm] = count(); @sby[$own, $dev, $op, comm] = sum($n); @ssz[$own, $dev, $op, comm] = hist($n);
+    @sbusy[$own, $dev, comm] = sum($lat);
+    if ($op != {FLUSH}) {{
+      if (@vend_ino[$ns, $dev, $op] == $ino && @end[$ns, $dev, $op] == $pos) {{ @seq[$ns, $dev, $op] = count(); }}
+      @end[$ns, $dev, $op] = $pos + $n; @vend_ino[$ns, $dev, $op] = $ino;
+      if (@sino[$own, $dev, $op] == $ino && @send[$own, $dev, $op] == $pos) {{ @sseq[$own, $dev, $op, comm] = count(); }}
+      @send[$own, $dev, $op] = $pos + $n; @sino[$own, $dev, $op] = $ino;
+    }}
+  }}
+  delete(@vt[tid]); delete(@vop[tid]); delete(@vdev[tid]); delete(@vpos[tid]); delete(@vino[tid]);
+}}
+"""
+
+
+def program(targets: list[Target]) -> str:
+    """The program for one host's targets (at least one)."""
+    block = sorted({t.dev for t in targets if t.level == "block"})
+    vfs = sorted({t.dev for t in targets if t.level == "vfs"})
+    helpers = sorted(set((_BLOCK_HELPERS if block else ()) + (_VFS_HELPERS if vfs else ())))
+    prints = " ".join(f"print({m});" for m in RESULT_MAPS)
+    clears = " ".join(f"clear({m});" for m in RESULT_MAPS + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
+    sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
+    return ((_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
+interval:ms:{SAMPLE_MS} {{
+  if (@go == 0) {{ @go = 1; printf("{READY_MARK} %llu\\n", elapsed / 1000000); }}
+  else {{ printf("%llu\\n", elapsed / 1000000); {sampled} }}
+}}
+END {{ {prints} printf("{END_MARK}\\n"); {clears} }}
+""")

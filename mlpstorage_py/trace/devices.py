@@ -1,0 +1,125 @@
+"""What one host can trace, and where the run's data lands there: a disk (traced at the block
+layer), a filesystem with no disk behind it (tmpfs, NFS, FUSE: traced at the system calls, Rules
+6.5.2) or an object store (s3://, not traced by the kernel). Runs on the traced host itself:
+in-process for this machine, through the trace agent (trace/agent.py) for a remote one, so
+every path is resolved by the kernel that serves it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+BTF = "/sys/kernel/btf/vmlinux"
+SYS_DEV_BLOCK = Path("/sys/dev/block")
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def kernel_dev(major: int, minor: int) -> int:
+    """A device number as the kernel's tracepoints show it (MAJOR << 20 | MINOR), not st_dev's."""
+    return (major << 20) | minor
+
+
+def _existing(path: str) -> Path:
+    """The path, or its nearest existing parent: the benchmark may create the directory later."""
+    here = Path(path).absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    return here
+
+
+def _mount(path: Path, major: int, minor: int) -> tuple[str, str, str]:
+    """(mount point, filesystem type, source) of the mount holding `path` (the longest mount
+    point above it with that device), from mountinfo; ("?", "?", "?") when none is listed."""
+    best = ("?", "?", "?")
+    try:
+        lines = MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return best
+    resolved = str(path.resolve())
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 2 or fields[2] != f"{major}:{minor}":
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and (best[0] == "?" or len(point) > len(best[0])):
+            best = (point, tail[0], tail[1])
+    return best
+
+
+def _disks(sysfs: Path) -> list[tuple[str, int]]:
+    """The whole disks under a block device: a partition's parent, a device-mapper or md
+    device's members (recursively), else the disk itself; as (name, kernel dev)."""
+    real = sysfs.resolve()
+    if (real / "partition").exists():
+        real = real.parent
+    slaves = sorted((real / "slaves").iterdir()) if (real / "slaves").is_dir() else []
+    if slaves:
+        return [disk for slave in slaves for disk in _disks(slave)]
+    try:
+        major, minor = (int(x) for x in (real / "dev").read_text().strip().split(":"))
+    except (OSError, ValueError):
+        return []
+    return [(real.name, kernel_dev(major, minor))]
+
+
+def resolve(path: str) -> dict[str, Any]:
+    """Where one data path lands: {"path", "level", "devices": [{"name", "dev", "level"}], "why"}."""
+    if path.startswith("s3://"):
+        return {"path": path, "level": "object", "devices": [],
+                "why": f"{path} is an object store: its requests leave as network traffic, not block I/O"}
+    here = _existing(path)
+    st = os.stat(here)
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    point, fstype, source = _mount(here, major, minor)
+    sysfs = SYS_DEV_BLOCK / f"{major}:{minor}"
+    if major == 0 and source.startswith("/dev/"):  # btrfs and the like: an anonymous st_dev over a disk
+        name = Path(source).resolve().name
+        sysfs = Path("/sys/class/block") / name
+    disks = _disks(sysfs) if sysfs.exists() else []
+    if disks:
+        return {"path": path, "level": "block", "why": "",
+                "devices": [{"name": name, "dev": dev, "level": "block"} for name, dev in disks]}
+    return {"path": path, "level": "vfs",
+            "devices": [{"name": f"{fstype}:{point}", "dev": kernel_dev(major, minor), "level": "vfs"}],
+            "why": f"{path} is on {fstype} ({source}), with no block device behind it: traced at the "
+                   "read/write/fsync system calls of the files on it (Rules 6.5.2)"}
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def facts(paths: list[str]) -> dict[str, Any]:
+    """This host's answer: its hostname and kernel (boot id: simulated hosts share one), whether
+    it can trace, and where each data path lands."""
+    tracefs = next((d for d in TRACEFS if os.path.isdir(os.path.join(d, "events"))), None)
+    return {"hostname": socket.gethostname(), "boot_id": _boot_id(), "euid": os.geteuid(),
+            "bpftrace": shutil.which("bpftrace"), "tracefs": tracefs, "btf": os.path.exists(BTF),
+            "paths": [resolve(p) for p in paths]}
+
+
+def problems(found: dict[str, Any]) -> list[str]:
+    """Why a host cannot trace (empty when it can); a host whose paths are all object stores
+    needs nothing."""
+    if all(p["level"] == "object" for p in found["paths"]):
+        return []
+    wrong = []
+    if found["euid"] != 0:
+        wrong.append(f"not root (euid {found['euid']}; bpftrace needs root)")
+    if not found["bpftrace"]:
+        wrong.append("bpftrace is not on PATH (Debian: apt-get install bpftrace)")
+    if not found["tracefs"]:
+        wrong.append(f"tracefs is not mounted at {' or '.join(TRACEFS)} (mount -t tracefs nodev {TRACEFS[0]})")
+    if not found["btf"]:
+        wrong.append(f"the kernel has no BTF ({BTF} is missing: a kernel built without CONFIG_DEBUG_INFO_BTF)")
+    return wrong

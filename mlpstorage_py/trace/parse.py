@@ -1,0 +1,247 @@
+"""One tracer's `bpftrace -f json` output (the program of trace/bpf.py), read line by line as it
+arrives, and turned into the io_trace.json parts for one host (results/io_trace.py).
+
+Memory stays bounded for hours: the counters and histograms come once, at the end; the in-flight
+samples (every bpf.SAMPLE_MS) go into series of at most MAX_POINTS points, neighbours merging
+as they fill. bpftrace prints a map's key as its parts joined by commas; two keys can print alike
+(string buffers that differ after their end), so repeated keys are summed, never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mlpstorage_py.results.io_trace import OPS, percentile
+from mlpstorage_py.trace.bpf import END_MARK, KTHREAD_BIT, READY_MARK, Target
+
+MAX_POINTS = 2000
+U64 = (1 << 64) - 1
+
+
+class Series:
+    """A time series of at most `cap` points: once full, each pair of neighbours becomes one
+    (the first's time, their mean) and each later point averages twice as many samples."""
+
+    def __init__(self, cap: int = MAX_POINTS) -> None:
+        self.cap, self.stride = cap, 1
+        self.points: list[list[float]] = []
+        self._open: list[float] | None = None  # [time, sum, samples]
+
+    def add(self, t_s: float, value: float) -> None:
+        if self._open is None:
+            self._open = [t_s, 0.0, 0]
+        self._open[1] += value
+        self._open[2] += 1
+        if self._open[2] >= self.stride:
+            self.points.append([self._open[0], self._open[1] / self._open[2]])
+            self._open = None
+        if len(self.points) >= self.cap:
+            pairs = zip(self.points[0::2], self.points[1::2])
+            self.points = [[a[0], (a[1] + b[1]) / 2] for a, b in pairs]
+            self.stride *= 2
+
+    def values(self) -> list[list[float]]:
+        tail = [[self._open[0], self._open[1] / self._open[2]]] if self._open else []
+        return [[round(t, 3), round(v, 2)] for t, v in self.points + tail]
+
+
+def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose repeated keys are summed (counts) or joined (histogram buckets)."""
+    merged: dict[str, Any] = {}
+    for key, value in items:
+        if key in merged and isinstance(value, int) and isinstance(merged[key], int):
+            merged[key] += value
+        elif key in merged and isinstance(value, list) and isinstance(merged[key], list):
+            merged[key] = merged[key] + value
+        else:
+            merged[key] = value
+    return merged
+
+
+def _ints(key: str, parts: int) -> tuple[int, ...]:
+    return tuple(int(x) & U64 for x in key.split(",", parts - 1))
+
+
+def _stream_key(key: str, with_op: bool) -> tuple[int, int, int, str]:
+    """(owner, dev, op, comm) from `owner,dev,op,comm` or `owner,dev,comm` (op -1): the comm is
+    last, and may itself hold commas."""
+    if with_op:
+        owner, dev, op, comm = key.split(",", 3)
+        return int(owner) & U64, int(dev), int(op), comm
+    owner, dev, comm = key.split(",", 2)
+    return int(owner) & U64, int(dev), -1, comm
+
+
+def _hist(buckets: list[dict[str, int]]) -> dict[str, int]:
+    """bpftrace's log2 buckets ([{min, max, count}]) as {lower bound: count}, empty ones left out."""
+    out: dict[str, int] = {}
+    for bucket in buckets:
+        if bucket.get("count"):
+            out[str(bucket["min"])] = out.get(str(bucket["min"]), 0) + bucket["count"]
+    return out
+
+
+def _low(bucket: tuple[str, int]) -> int:
+    return int(bucket[0])
+
+
+def _add_hist(into: dict[str, int], more: dict[str, int]) -> None:
+    for low, count in more.items():
+        into[low] = into.get(low, 0) + count
+
+
+class Collector:
+    """What one tracer printed. `own` is the host's hostname; `others` the hostnames of every
+    traced host: a namespace none of them carries is unattributed."""
+
+    def __init__(self, own: str, traced: set[str]) -> None:
+        self.own, self.traced = own, traced
+        self.ready = False
+        self.ready_at: float | None = None  # time.monotonic() when we read its first sample mark
+        self.ended = False  # the program printed all its maps (END ran to its mark)
+        self.ended_at: float | None = None
+        self.agent_exit: int | None = None  # a remote agent's last line: bpftrace's exit status
+        self.names: dict[int, str] = {}  # uts namespace inum -> hostname
+        self.maps: dict[str, Any] = {}
+        self.depth: dict[tuple[bool, int], Series] = {}  # (own host?, dev) -> in-flight series
+        self._t0_ms = 0
+        self._t_ms = 0
+        self._issued: dict[tuple[int, ...], int] = {}
+
+    def feed(self, line: str) -> None:
+        """One line of output; lines that are not bpftrace's JSON are ignored."""
+        try:
+            event = json.loads(line, object_pairs_hook=_pairs)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        kind, data = event.get("type"), event.get("data")
+        if kind == "printf" and isinstance(data, str):
+            self._printf(data.strip())
+        elif kind in ("map", "hist") and isinstance(data, dict):
+            for name, values in data.items():
+                self._map(name, values if isinstance(values, dict) else {})
+        elif kind == "agent_ended":
+            self.agent_exit = int(event.get("exit", -1))
+
+    def _printf(self, text: str) -> None:
+        if text.startswith(READY_MARK):
+            self.ready, self.ready_at = True, time.monotonic()
+            self._t0_ms = int(text.split()[-1])
+        elif text == END_MARK:
+            self.ended, self.ended_at = True, time.monotonic()
+        elif text.isdigit():
+            self._t_ms = int(text)
+
+    def _map(self, name: str, values: dict[str, Any]) -> None:
+        if name == "@uts":
+            self.names.update({int(k): str(v) for k, v in values.items()})
+        elif name == "@qi" and not self.ended:
+            self._issued = {_ints(k, 2): int(v) for k, v in values.items()}
+        elif name == "@qd" and not self.ended:
+            self._sample({_ints(k, 2): int(v) for k, v in values.items()})
+        else:
+            self.maps[name] = values
+
+    def _sample(self, done: dict[tuple[int, ...], int]) -> None:
+        """In flight per device at this moment: the host's own, and the unattributed."""
+        t_s = (self._t_ms - self._t0_ms) / 1000
+        sums: dict[tuple[bool, int], float] = {}
+        for (ns, dev), issued in self._issued.items():
+            name = self.names.get(ns)
+            if name == self.own or name not in self.traced:
+                key = (name == self.own, dev)
+                sums[key] = sums.get(key, 0) + max(issued - done.get((ns, dev), 0), 0)
+        for key in set(sums) | set(self.depth):
+            self.depth.setdefault(key, Series()).add(t_s, sums.get(key, 0))
+
+    # -- the record --------------------------------------------------------------------
+    def span_s(self) -> float:
+        """How long this tracer counted: from its first sample to its end (as we saw them)."""
+        if self.ready_at is None:
+            return 0.0
+        return max((self.ended_at or time.monotonic()) - self.ready_at, 0.0)
+
+    def part(self, own: bool, targets: list[Target], prefix: str = "") -> dict[str, Any]:
+        """{"devices": ..., "streams": ...} for the host's own namespaces (own) or the
+        unattributed ones; device names get `prefix` (a host, where kernels differ)."""
+        pick: Callable[[int], bool] = (lambda ns: self.names.get(ns) == self.own) if own else \
+            (lambda ns: self.names.get(ns) not in self.traced)
+        devices = {}
+        for target in targets:
+            ops = {op: self._op(pick, target.dev, i) for i, op in enumerate(OPS)}
+            moved = ops["read"]["bytes"] + ops["write"]["bytes"]
+            devices[prefix + target.name] = {
+                "level": target.level, **ops,
+                "queue_depth": self.depth[(own, target.dev)].values() if (own, target.dev) in self.depth else [],
+                "read_share_bytes": round(ops["read"]["bytes"] / moved, 4) if moved else None}
+        return {"devices": devices, "streams": self._streams(pick, targets, self.span_s(), prefix)}
+
+    def _picked(self, name: str, pick: Callable[[int], bool], dev: int, op: int) -> list[Any]:
+        """The values of a `ns,dev,op` map for this device and op, in the picked namespaces."""
+        found = []
+        for key, value in self.maps.get(name, {}).items():
+            ns, d, o = _ints(key, 3)
+            if pick(ns) and d == dev and o == op:
+                found.append(value)
+        return found
+
+    def _op(self, pick: Callable[[int], bool], dev: int, op: int) -> dict[str, Any]:
+        sizes: dict[str, int] = {}
+        latency: dict[str, int] = {}
+        for name, into in (("@sz", sizes), ("@lat", latency)):
+            for buckets in self._picked(name, pick, dev, op):
+                _add_hist(into, _hist(buckets))
+        total = lambda name: sum(int(v) for v in self._picked(name, pick, dev, op))
+        requests = total("@rq")
+        return {"requests": requests, "bytes": total("@by"), "size_hist": dict(sorted(sizes.items(), key=_low)),
+                "latency_us_hist": dict(sorted(latency.items(), key=_low)), "p50_us": percentile(latency, 0.50),
+                "p95_us": percentile(latency, 0.95), "p99_us": percentile(latency, 0.99),
+                "sequential_share": _share(total("@seq"), requests, op)}
+
+    def _streams(self, pick: Callable[[int], bool], targets: list[Target], span_s: float,
+                 prefix: str) -> list[dict[str, Any]]:
+        """One stream per issuing process (pid, comm) and device, biggest first."""
+        devices = {t.dev: t for t in targets}
+        found: dict[tuple[int, int, str], dict[str, Any]] = {}
+        for name, field in (("@srq", "requests"), ("@sby", "bytes"), ("@sseq", "sequential"), ("@ssz", "size_hist")):
+            for key, value in self.maps.get(name, {}).items():
+                owner, dev, op, comm = _stream_key(key, with_op=True)
+                if not pick(owner >> 32) or dev not in devices or not 0 <= op < len(OPS):
+                    continue
+                stream = found.setdefault((owner, dev, comm), _stream(owner, comm, prefix + devices[dev].name))
+                entry = stream["ops"][OPS[op]]
+                if field == "size_hist":
+                    _add_hist(entry["size_hist"], _hist(value))
+                else:
+                    entry[field] += int(value)
+        busy: dict[tuple[int, int, str], int] = {}
+        for key, value in self.maps.get("@sbusy", {}).items():
+            owner, dev, _, comm = _stream_key(key, with_op=False)
+            busy[(owner, dev, comm)] = busy.get((owner, dev, comm), 0) + int(value)
+        out = []
+        for key, stream in found.items():
+            for i, op in enumerate(OPS):
+                entry = stream["ops"][op]
+                entry["size_hist"] = dict(sorted(entry["size_hist"].items(), key=_low))
+                entry["sequential_share"] = _share(entry.pop("sequential"), entry["requests"], i)
+            stream["in_flight_mean"] = round(busy.get(key, 0) / (span_s * 1e6), 4) if span_s > 0 else None
+            out.append(stream)
+        return sorted(out, key=lambda s: -sum(e["bytes"] for e in s["ops"].values()))
+
+
+def _stream(owner: int, comm: str, device: str) -> dict[str, Any]:
+    return {"pid": owner & (KTHREAD_BIT - 1), "comm": comm, "device": device, "kernel_thread": bool(owner & KTHREAD_BIT),
+            "ops": {op: {"requests": 0, "bytes": 0, "size_hist": {}, "sequential": 0} for op in OPS}}
+
+
+def _share(sequential: int, requests: int, op: int) -> float | None:
+    """The share of requests that started where the one before ended; None for flushes (no
+    position) and where there were no requests."""
+    if OPS[op] == "flush" or not requests:
+        return None
+    return round(min(sequential, requests) / requests, 4)

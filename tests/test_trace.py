@@ -1,0 +1,261 @@
+"""The I/O tracer (mlpstorage_py/trace/, issue 27) on this machine: a real bpftrace around a real
+workload, at the block layer and, where no disk is behind the data, at the system calls; its
+refusal when a host cannot trace; and its teardown on every path.
+
+The workload runs in a worker process started (and past its imports) before the trace, so its
+stream holds only the I/O it is told to do; other processes of this busy machine do I/O on the
+same disk at the same time, which is why the bytes are checked on the worker's stream."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlpstorage_py.errors import TraceUnavailable
+from mlpstorage_py.trace import devices
+from mlpstorage_py.trace.session import TraceSession, check
+
+MIB = 2 ** 20
+# A worker told what to do on stdin, one line a command, that answers each with one line.
+WORKER = r"""
+import mmap, os, sys
+MIB = 1 << 20
+buf = mmap.mmap(-1, MIB)
+buf.write(b"m" * MIB)
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd, *args = line.split()
+    if cmd == "write":  # write PATH MIB DIRECT: sequential 1 MiB writes from the start, then fsync
+        flags = os.O_CREAT | os.O_WRONLY | (os.O_DIRECT if args[2] == "1" else 0)
+        fd = os.open(args[0], flags, 0o600)
+        os.posix_fallocate(fd, 0, int(args[1]) * MIB)  # one allocation: as contiguous as the disk allows
+        for _ in range(int(args[1])):
+            os.write(fd, buf)
+        os.fsync(fd)
+        os.close(fd)
+        print("done", int(args[1]) * MIB, flush=True)
+    elif cmd == "read":  # read PATH: 1 MiB reads to the end
+        fd, total = os.open(args[0], os.O_RDONLY), 0
+        while True:
+            got = len(os.read(fd, MIB))
+            if not got:
+                break
+            total += got
+        os.close(fd)
+        print("done", total, flush=True)
+"""
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why bpftrace cannot trace here, or None; tracefs is mounted where it is not (as root)."""
+    if os.geteuid() != 0:
+        return "tracing needs root"
+    found = devices.facts([])
+    if not found["tracefs"]:
+        subprocess.run(["mount", "-t", "tracefs", "nodev", devices.TRACEFS[0]], capture_output=True)
+        found = devices.facts([])
+    wrong = devices.problems({**found, "paths": [{"level": "block"}]})
+    return "; ".join(wrong) or None
+
+
+def require_tracing() -> None:
+    """Skip, saying why, where this machine cannot trace (not root, no bpftrace, tracefs, BTF)."""
+    if unavailable():
+        pytest.skip(unavailable())
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.child = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+        assert self.child.stdout.readline().strip() == "ready"
+        self.pid = self.child.pid
+
+    def do(self, *command: object) -> int:
+        self.child.stdin.write(" ".join(str(c) for c in command) + "\n")
+        self.child.stdin.flush()
+        word, amount = self.child.stdout.readline().split()
+        assert word == "done"
+        return int(amount)
+
+    def close(self) -> None:
+        self.child.stdin.close()
+        self.child.wait(timeout=60)
+
+
+@pytest.fixture
+def worker():
+    made = Worker()
+    yield made
+    made.close()
+
+
+def cold(path: Path) -> None:
+    """Nothing of the file in the page cache: the next read goes to the device."""
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+
+def ours(workdir: Path) -> list[int]:
+    """Live bpftrace processes running one of this session's programs (they lie in workdir)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"bpftrace" in argv[0] and any(str(workdir).encode() in a for a in argv) and state not in "ZX":
+            found.append(int(entry.name))
+    return found
+
+
+def stream(host: dict, pid: int, device: str) -> dict:
+    (found,) = [s for s in host["streams"] if s["pid"] == pid and s["device"] == device]
+    return found
+
+
+def near(traced: int, done: int) -> bool:
+    return abs(traced - done) <= 0.05 * done
+
+
+def block_dir(tmp_path: Path) -> tuple[Path, str]:
+    """A directory on a disk (the repository's filesystem, not /dev/shm) and the disk's name."""
+    where = devices.resolve(str(tmp_path))
+    if where["level"] != "block":
+        pytest.skip(f"{tmp_path} has no block device behind it ({where['why']})")
+    return tmp_path, where["devices"][0]["name"]
+
+
+def test_block_trace_of_a_direct_write_and_a_cold_read(tmp_path, worker):
+    """16 MiB written with O_DIRECT and fsync, then read back cold: the worker's stream holds
+    those bytes within 5 %, in sequential requests; the device's record has sizes, latency
+    percentiles and a queue-depth series. The file is written once before the trace, so the
+    traced write lands on allocated blocks: the filesystem's allocation (its metadata writes,
+    and extents the busy disk scatters) is not what the sequential share is checked on."""
+    require_tracing()
+    folder, disk = block_dir(tmp_path)
+    data = folder / "data.bin"
+    worker.do("write", data, 16, 1)
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+        written = worker.do("write", data, 16, 1)
+        cold(data)
+        read = worker.do("read", data)
+    record = session.record()
+    assert record["level"] == "block" and record["complete"], record.get("why")
+    host = record["hosts"]["127.0.0.1"]
+    assert host["hostname"] == os.uname().nodename and host["complete"]
+    mine = stream(host, worker.pid, disk)
+    write, got = mine["ops"]["write"], mine["ops"]["read"]
+    print(f"traced write {write['bytes']} of {written}, read {got['bytes']} of {read}; "
+          f"sequential {write['sequential_share']}/{got['sequential_share']}")
+    assert near(write["bytes"], written) and near(got["bytes"], read), mine
+    assert write["size_hist"] and got["size_hist"] and mine["ops"]["flush"]["requests"] >= 1
+    assert write["sequential_share"] >= 0.7, mine
+    device = host["devices"][disk]
+    assert device["level"] == "block" and device["write"]["bytes"] >= 0.95 * written
+    for op in ("read", "write"):
+        assert device[op]["size_hist"] and device[op]["latency_us_hist"]
+        assert 0 < device[op]["p50_us"] <= device[op]["p95_us"] <= device[op]["p99_us"]
+    assert device["queue_depth"] and 0 <= device["read_share_bytes"] <= 1
+    assert not ours(tmp_path)
+
+
+def test_vfs_fallback_on_tmpfs(other_fs_dir, tmp_path, worker):
+    """A data path on tmpfs (no disk behind it) is traced at the system calls: level vfs, the
+    record says why, and the worker's 4 MiB written and read back are there within 5 %."""
+    require_tracing()
+    data = other_fs_dir / "data.bin"
+    with TraceSession(["127.0.0.1"], [str(other_fs_dir)], None, tmp_path) as session:
+        written = worker.do("write", data, 4, 0)
+        read = worker.do("read", data)
+    record = session.record()
+    assert record["level"] == "vfs" and "system calls" in record["why"] and "6.5.2" in record["why"]
+    host = record["hosts"]["127.0.0.1"]
+    (name,) = host["devices"]
+    assert name.startswith("tmpfs:") and host["devices"][name]["level"] == "vfs"
+    mine = stream(host, worker.pid, name)
+    print(f"traced write {mine['ops']['write']['bytes']} of {written}, read {mine['ops']['read']['bytes']} of {read}")
+    assert near(mine["ops"]["write"]["bytes"], written) and near(mine["ops"]["read"]["bytes"], read), mine
+    assert mine["ops"]["write"]["size_hist"] == {str(MIB): 4} and mine["ops"]["write"]["sequential_share"] >= 0.7
+    assert mine["ops"]["flush"]["requests"] == 1
+    assert host["devices"][name]["write"]["p99_us"] is not None
+
+
+def test_object_store_path_is_not_traced(tmp_path):
+    """An s3:// data path starts no tracer (no tools needed) and the record says why."""
+    with TraceSession(["127.0.0.1"], ["s3://bucket/data"], None, tmp_path) as session:
+        pass
+    record = session.record()
+    assert record["level"] == "object" and "object store" in record["why"]
+    assert record["hosts"]["127.0.0.1"]["devices"] == {} and record["complete"]
+
+
+def test_check_names_each_host_that_cannot_trace(tmp_path, monkeypatch):
+    """No bpftrace on PATH, here (shutil.which) and on two remote hosts (a remote shell that
+    runs the command here with PATH=/nonexistent), and a host whose remote shell fails: one
+    TraceUnavailable (exit 12) naming each, and nothing started."""
+    shell = tmp_path / "remote-shell"
+    shell.write_text('#!/bin/sh\nhost=$1; shift\n'
+                     'if [ "$host" = down-host ]; then echo "ssh: connect to host down-host: Connection refused" >&2; '
+                     'exit 255; fi\nexec env PATH=/nonexistent "$@"\n')
+    shell.chmod(0o755)
+    hosts = ["far-host-a", "far-host-b", "down-host"]
+    with pytest.raises(TraceUnavailable) as refused:
+        check(hosts, [str(tmp_path)], [str(shell)])
+    text = str(refused.value)
+    assert refused.value.exit_code == 12 and "3 of 3" in text
+    assert "far-host-a: bpftrace is not on PATH" in text and "far-host-b: bpftrace is not on PATH" in text
+    assert "down-host: cannot run the trace agent (ssh: connect to host down-host: Connection refused)" in text
+
+    real = devices.shutil.which
+    monkeypatch.setattr(devices.shutil, "which", lambda name: None if name == "bpftrace" else real(name))
+    with pytest.raises(TraceUnavailable, match=r"127\.0\.0\.1: bpftrace is not on PATH"):
+        with TraceSession(["127.0.0.1"], [str(tmp_path)], None, tmp_path):
+            pytest.fail("the session started")
+    assert not list(tmp_path.glob("*.bt")) and not ours(tmp_path)
+
+
+@pytest.mark.parametrize("raised", [RuntimeError, KeyboardInterrupt])
+def test_stops_cleanly_when_the_run_fails(tmp_path, worker, raised):
+    """An exception in the traced block, or Ctrl-C (SIGINT to us), stops bpftrace: none is
+    left, and the record still holds what was traced."""
+    require_tracing()
+    folder, disk = block_dir(tmp_path)
+    with pytest.raises(raised):
+        with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+            assert ours(tmp_path)
+            written = worker.do("write", folder / "data.bin", 4, 1)
+            if raised is KeyboardInterrupt:
+                os.kill(os.getpid(), signal.SIGINT)
+                pytest.fail("SIGINT did not interrupt")
+            raise raised("the run failed")
+    assert not ours(tmp_path)
+    record = session.record()
+    assert record["complete"]
+    assert near(stream(record["hosts"]["127.0.0.1"], worker.pid, disk)["ops"]["write"]["bytes"], written)
+
+
+def test_a_dead_tracer_is_marked_incomplete(tmp_path):
+    """bpftrace killed under the session: the host's record says it is incomplete, and why."""
+    require_tracing()
+    folder, _ = block_dir(tmp_path)
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+        (pid,) = ours(tmp_path)
+        os.kill(pid, signal.SIGKILL)
+    record = session.record()
+    host = record["hosts"]["127.0.0.1"]
+    assert not record["complete"] and not host["complete"]
+    assert "did not print its maps" in host["error"]
+    assert not ours(tmp_path)
