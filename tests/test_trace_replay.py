@@ -325,5 +325,6 @@ def test_an_interrupted_replay_on_simulated_hosts_leaves_no_fio_on_them(tmp_path
     code, err, _ = signal_when_ready([str(MLPSTORAGE), "replay", str(leaf), "--directory", str(target),
                                       "--hosts", *names], env, both_running, signal.SIGINT)
     assert code == 8, err
-    assert not sim_hosts.stray_processes(), "a fio survived on a simulated host"
+    left = sim_hosts.stray_processes()
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left if Path(f"/proc/{pid}").exists()]
     assert not list(leaf.glob("replay_*.json"))

@@ -134,10 +134,15 @@ def _ratios(replayed: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The remote side of one host's fio: a session without a terminal gets no SIGHUP when its ssh
-# client is stopped, so a watcher ends fio once the session's sshd is gone (polled each second).
-REMOTE = ("{fio} & f=$!; p=$PPID; (while kill -0 $p && kill -0 $f; do sleep 1; done; kill $f) "
-          ">/dev/null 2>&1 </dev/null & wait $f")
+# The remote side of one host's fio. A session without a terminal gets no SIGHUP when its ssh
+# client is stopped, so a watcher writes an empty line to the session's stderr each second
+# (SIGPIPE ignored): once the session is gone the write fails, even when it was cut before the
+# shell started. The watcher then stops fio: SIGTERM, up to five seconds (fio can miss it while
+# it starts), then SIGKILL. fio runs with --thread, one process: its forked job processes would
+# each lead a session of their own, out of reach of any signal but fio's own.
+REMOTE = ("{fio} & f=$!; (trap '' PIPE; while kill -0 $f 2>/dev/null; do printf '\\n' >&2 || "
+          "{{ kill -TERM $f; n=0; while kill -0 $f 2>/dev/null && [ $n -lt 5 ]; do sleep 1; n=$((n+1)); done; "
+          "kill -KILL $f 2>/dev/null; exit; }}; sleep 1; done) </dev/null >/dev/null & wait $f")
 
 
 def _host_argv(host: str | None, fio: str, args: list[str]) -> list[str]:
@@ -225,7 +230,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     by_host = distiller.sections(job_file.read_text(encoding="utf-8"))
     if not by_host:
         raise UsageError(f"{job_file} has no job sections")
-    common = ["--output-format=json+", f"--directory={directory}"]
+    common = ["--output-format=json+", "--thread", f"--directory={directory}"]
     if runtime_cap:
         common.append(f"--runtime={int(max(1, runtime_cap))}")
     if hosts:
