@@ -35,18 +35,18 @@ def op(requests: int, size_hist: dict[int, int], sequential: float, latency: dic
 
 def seq_write(pid: int = 100, mib: int = 64) -> dict[str, Any]:
     """A sequential 1 MiB write stream with one fsync at the end."""
-    return {"pid": pid, "comm": "python3", "in_flight_mean": 1.3,
+    return {"pid": pid, "comm": "python3", "device": "vda", "kernel_thread": False, "in_flight_mean": 1.3,
             "ops": {"write": op(mib, {MIB: mib}, 0.98, {2048: mib}), "flush": op(1, {}, 0.0, {64: 1}, 0)}}
 
 
 def rand_read(pid: int = 101) -> dict[str, Any]:
     """A random 4 KiB read stream, eight requests in flight on average."""
-    return {"pid": pid, "comm": "python3", "in_flight_mean": 7.6, "ops": {"read": op(2000, {4096: 2000}, 0.03)}}
+    return {"pid": pid, "comm": "python3", "device": "vda", "kernel_thread": False, "in_flight_mean": 7.6, "ops": {"read": op(2000, {4096: 2000}, 0.03)}}
 
 
 def mixed(pid: int = 102) -> dict[str, Any]:
     """A mostly sequential stream: 300 reads of 64 KiB, 100 writes of 4 KiB and 64 KiB, flushed often."""
-    return {"pid": pid, "comm": "kv worker", "in_flight_mean": 0.4,
+    return {"pid": pid, "comm": "kv worker", "device": "vda", "kernel_thread": False, "in_flight_mean": 0.4,
             "ops": {"read": op(300, {65536: 300}, 0.9), "write": op(100, {4096: 60, 65536: 40}, 0.7),
                     "flush": op(10, {}, 0.0, {64: 10}, 0)}}
 
@@ -99,7 +99,7 @@ def test_distilled_job_parses_and_follows_the_trace(tmp_path):
     assert done.returncode == 0, done.stderr
     jobs = sections(text)
     assert jobs.pop("global") == {"filename_format": "$jobname.$jobnum.$filenum", "group_reporting": "0"}
-    write, read, mix = jobs["h0-python3-100"], jobs["h0-python3-101"], jobs["h0-kv_worker-102"]
+    write, read, mix = jobs["h0-python3-100-vda"], jobs["h0-python3-101-vda"], jobs["h0-kv_worker-102-vda"]
     assert (write["rw"], write["bssplit"], write["iodepth"], write["end_fsync"], write["size"]) == \
         ("write", "1m/100", "1", "1", "64m")
     assert "fsync" not in write
@@ -123,17 +123,21 @@ def test_bssplit_percentages_sum_to_100_by_count():
 def test_direct_run_gets_libaio_at_the_observed_depth():
     """A run whose metadata says O_DIRECT: libaio, direct=1, iodepth the rounded in-flight mean."""
     text = replay.distill(trace([rand_read()]), {"args": {"o_direct": True}})
-    job = sections(text)["h0-python3-101"]
+    job = sections(text)["h0-python3-101-vda"]
     assert (job["ioengine"], job["direct"], job["iodepth"]) == ("libaio", "1", "8")
 
 
 def test_each_host_gets_its_jobs_and_trivial_streams_are_left_out():
-    """Job names carry the trace host's index (sections() maps them back); a stream with under
-    1 % of the bytes is no job and the header says so."""
-    tiny = {"pid": 7, "comm": "jbd2", "in_flight_mean": 1, "ops": {"write": op(1, {4096: 1}, 1.0)}}
-    text = replay.distill(trace([seq_write(100), tiny], [seq_write(200)]), None)
-    assert replay.sections(text) == {0: ["h0-python3-100"], 1: ["h1-python3-200"]}
-    assert "left out: 1 stream(s)" in text
+    """Job names carry the trace host's index (sections() maps them back) and the device (a
+    stream is one process on one device); a stream with under 1 % of the bytes and a kernel
+    thread's (writeback) are no job, and the header says so."""
+    tiny = {"pid": 7, "comm": "python3", "device": "vda", "in_flight_mean": 1, "ops": {"write": op(1, {4096: 1}, 1.0)}}
+    writeback = {"pid": 9, "comm": "kworker/u8:1", "device": "vda", "kernel_thread": True, "in_flight_mean": 4,
+                 "ops": {"write": op(512, {MIB: 512}, 1.0)}}
+    other_disk = {**seq_write(100), "device": "vdb"}
+    text = replay.distill(trace([seq_write(100), tiny, writeback, other_disk], [seq_write(200)]), None)
+    assert replay.sections(text) == {0: ["h0-python3-100-vda", "h0-python3-100-vdb"], 1: ["h1-python3-200-vda"]}
+    assert "left out: 1 stream(s) with under 1%" in text and "left out: 1 kernel thread stream(s)" in text
 
 
 @pytest.mark.parametrize("level", ["none", "object"])
@@ -145,7 +149,7 @@ def test_a_trace_without_requests_is_refused(level):
 def test_write_keeps_an_existing_job_file_and_refuses_a_symlink(tmp_path):
     leaf = make_leaf(tmp_path, trace([seq_write()]))
     path = replay.write(leaf)
-    assert path == leaf / "replay.fio" and "[h0-python3-100]" in path.read_text()
+    assert path == leaf / "replay.fio" and "[h0-python3-100-vda]" in path.read_text()
     path.write_text("; edited\n")
     assert replay.write(leaf).read_text() == "; edited\n"
     path.unlink()
@@ -157,7 +161,7 @@ def test_write_keeps_an_existing_job_file_and_refuses_a_symlink(tmp_path):
 
 def small_trace() -> dict[str, Any]:
     """8 MiB written in 1 MiB requests with an end fsync, 4 MiB read in 1 MiB requests, in 0.5 s."""
-    reader = {"pid": 301, "comm": "python3", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0, {512: 4})}}
+    reader = {"pid": 301, "comm": "python3", "device": "vda", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0, {512: 4})}}
     return trace([seq_write(300, 8), reader], duration_s=0.5)
 
 
@@ -181,7 +185,7 @@ def test_replay_runs_fio_and_prints_its_figures_beside_the_run(cli, tmp_path):
     assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (8 * MIB, 4 * MIB)
     assert record["original"]["write"]["bytes"] == 8 * MIB and record["original"]["write"]["mib_s"] == 16
     assert record["replay"]["write"]["mib_s"] > 0 and record["ratio"]["write_mib_s"] > 0
-    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-300.0.0", "h0-python3-301.0.0"]
+    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-300-vda.0.0", "h0-python3-301-vda.0.0"]
     again = cli("replay", leaf, "--directory", target, "--runtime-cap", "60")
     assert again.rc == 0 and f"using {leaf / 'replay.fio'}" in again.out
     assert len(list(leaf.glob("replay_*.json"))) == 2
@@ -199,7 +203,7 @@ def test_replay_on_named_hosts_runs_each_traced_hosts_jobs(cli, tmp_path):
     result = cli("replay", leaf, "--directory", target, "--hosts", "127.0.0.1")
     assert result.rc == 0, result.err
     record = json.loads(next(leaf.glob("replay_*.json")).read_text())
-    assert record["hosts"] == ["127.0.0.1"] and "--section=h0-python3-300" in record["argv"][0]
+    assert record["hosts"] == ["127.0.0.1"] and "--section=h0-python3-300-vda" in record["argv"][0]
     wrong = cli("replay", leaf, "--directory", target, "--hosts", "127.0.0.1,localhost")
     assert wrong.rc == 2 and "--hosts names 2 host(s)" in wrong.err
 
@@ -298,10 +302,10 @@ def test_replay_on_two_simulated_hosts_runs_one_fio_per_host(cli, tmp_path, sim_
     record = json.loads(next(leaf.glob("replay_*.json")).read_text())
     assert record["hosts"] == [first, second]
     assert [argv[-2] for argv in record["argv"]] == [first, second]  # over the remote shell
-    assert "--section=h0-python3-400" in record["argv"][0][-1] and "--section=h1-python3-500" in record["argv"][1][-1]
+    assert "--section=h0-python3-400-vda" in record["argv"][0][-1] and "--section=h1-python3-500-vda" in record["argv"][1][-1]
     assert "--section=h1" not in record["argv"][0][-1]
     assert {(row["host"], row["job"], row["write_bytes"]) for row in record["jobs"]} == \
-        {(first, "h0-python3-400", 4 * MIB), (second, "h1-python3-500", 2 * MIB)}
+        {(first, "h0-python3-400-vda", 4 * MIB), (second, "h1-python3-500-vda", 2 * MIB)}
     assert record["replay"]["write"]["bytes"] == 6 * MIB
 
 

@@ -10,7 +10,8 @@ How each field is derived (ManPage.md, `replay`, says the same):
   used O_DIRECT (its metadata says so), else psync buffered;
 - size: the stream's bytes; fsync=N when flushes were frequent (N writes per flush), else
   end_fsync=1 when any flush was seen.
-Streams with under TRIVIAL_SHARE of the traced bytes are left out, and the header says so.
+A stream is one process on one device. Kernel threads' streams (writeback, a journal) and
+streams with under TRIVIAL_SHARE of the traced bytes are left out, and the header says so.
 """
 
 from __future__ import annotations
@@ -127,13 +128,14 @@ def stream_bytes(stream: dict[str, Any]) -> int:
 
 
 def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[Job], list[dict[str, Any]]]:
-    """The trace's jobs and the streams left out as trivial."""
+    """The trace's jobs and the streams left out: trivial ones, and kernel threads' (writeback,
+    a journal: the kernel's own I/O, which a buffered replay makes again by itself)."""
     check_level(trace)
     direct = direct_io(metadata)
-    every = streams(trace)
+    every = [(i, h, r, s) for i, h, r, s in streams(trace) if not s.get("kernel_thread")]
     total = sum(stream_bytes(s) for *_, s in every)
     made: list[Job] = []
-    left: list[dict[str, Any]] = []
+    left = [s for *_, s in streams(trace) if s.get("kernel_thread")]
     for index, host, record, stream in every:
         if stream_bytes(stream) == 0 or stream_bytes(stream) < TRIVIAL_SHARE * total:
             left.append(stream)
@@ -146,8 +148,9 @@ def _job(index: int, host: str, record: dict[str, Any], stream: dict[str, Any], 
     """One stream's job: the rules of the module docstring."""
     ops = stream.get("ops") or {}
     read, write, flush = ops.get("read"), ops.get("write"), ops.get("flush")
-    pid, comm = stream.get("pid", 0), str(stream.get("comm") or "")
-    job = Job(f"h{index}-{_sane(comm)}-{pid}", host, stream, read_bytes=_bytes(read), write_bytes=_bytes(write))
+    pid, comm, device = stream.get("pid", 0), str(stream.get("comm") or ""), str(stream.get("device") or "")
+    name = f"h{index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
+    job = Job(name, host, stream, read_bytes=_bytes(read), write_bytes=_bytes(write))
     floor = DIRECT_MIN_BLOCK if direct else MIN_BLOCK
     splits = {d: bssplit(op.get("size_hist") or {}, floor) for d, op in (("read", read), ("write", write)) if _bytes(op)}
     reads, writes = _requests(read), _requests(write)
@@ -174,10 +177,10 @@ def _job(index: int, host: str, record: dict[str, Any], stream: dict[str, Any], 
     elif writes and flushes:
         options.append(("end_fsync", "1"))
     job.options = options
-    name = record.get("hostname") or host
+    hostname = record.get("hostname") or host
     engine = "O_DIRECT, libaio at that depth" if direct else \
         "buffered: psync issues one request at a time, the kernel's readahead/writeback made the depth"
-    job.comment = [f"host {host} ({name}), pid {pid} ({comm or '?'}): {reads} reads {job.read_bytes} B, "
+    job.comment = [f"host {host} ({hostname}), pid {pid} ({comm or '?'}) on {device or '?'}: {reads} reads {job.read_bytes} B, "
                    f"{writes} writes {job.write_bytes} B, {flushes} flushes",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
@@ -199,9 +202,15 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
              f"on {len(trace.get('hosts') or {})} host(s)",
              f"; reproduces: {len(made)} stream(s), each its own job on its own file: {reads} B read, "
              f"{writes} B written, in each stream's request sizes, mix, order, depth and flushes"]
-    if left:
-        lines.append(f"; left out: {len(left)} stream(s) with under {TRIVIAL_SHARE:.0%} of the traced bytes "
-                     f"({sum(stream_bytes(s) for s in left)} B)")
+    kernel = [s for s in left if s.get("kernel_thread")]
+    if kernel:
+        lines.append(f"; left out: {len(kernel)} kernel thread stream(s) ({sum(stream_bytes(s) for s in kernel)} B: "
+                     "writeback, a journal; the replay's own I/O makes theirs)")
+    if len(left) > len(kernel):
+        lines.append(f"; left out: {len(left) - len(kernel)} stream(s) with under {TRIVIAL_SHARE:.0%} of the "
+                     f"traced bytes ({sum(stream_bytes(s) for s in left if not s.get('kernel_thread'))} B)")
+    if trace.get("complete") is False:
+        lines.append("; the trace is incomplete (a host's tracer did not print its maps): the jobs hold what it has")
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",
               "; a job's name starts with h<N>-, the trace's N-th host: fio --section=<name> runs it alone",
               "", "[global]", "; directory= is left to the command line (--directory)",
