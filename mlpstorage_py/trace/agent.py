@@ -83,8 +83,11 @@ def _run(program: Path) -> int:
         if ready and not os.read(sys.stdin.fileno(), 4096):
             break  # stdin ended: the session asked us to stop, or is gone
     code = stop(child)
-    sys.stdout.write(json.dumps({"type": ENDED, "exit": code}) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps({"type": ENDED, "exit": code}) + "\n")
+        sys.stdout.flush()
+    except OSError:  # the session is gone: nobody to tell
+        pass
     return 0
 
 

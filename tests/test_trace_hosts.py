@@ -1,0 +1,102 @@
+"""The I/O tracer on simulated client hosts (tests/simhosts.py): namespaces on one kernel and one
+disk, so every host's tracer sees every host's I/O, and each host's record must hold only what
+that host issued. The remote side is the trace agent over the cluster's ssh wrapper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from test_trace import Worker, near, ours, require_tracing
+
+from mlpstorage_py.trace.session import TraceSession
+
+MIB = 2 ** 20
+GONE_WITHIN_S = 60.0  # a generous cap on waiting for a condition, never a margin being measured
+
+
+@pytest.fixture
+def traced_hosts(sim_hosts):
+    """The simulated hosts with tracefs mounted in each (a host's sshd runs in a mount namespace
+    of its own, with a fresh /sys: `ip netns exec` remounts it)."""
+    require_tracing()
+    for host in sim_hosts.names:
+        done = sim_hosts.ssh(host, "test -d /sys/kernel/tracing/events || mount -t tracefs nodev /sys/kernel/tracing")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount tracefs on {host}: {done.stderr.strip()}")
+    return sim_hosts
+
+
+def dd(cluster, host: str, path, mib: int) -> None:
+    done = cluster.ssh(host, "dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "oflag=direct", "conv=fsync",
+                       timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_each_host_gets_what_it_issued(traced_hosts, tmp_path):
+    """8 MiB written on h1 and 24 MiB on h2 (O_DIRECT), 4 MiB by a process of the root namespace
+    (no traced host's): each host's device record holds its own bytes within 5 %, its dd is
+    its stream, and the root namespace's write is unattributed. No tracer is left anywhere."""
+    h1, h2 = traced_hosts.names[:2]
+    writer = Worker()
+    try:
+        with TraceSession([h1, h2], [str(tmp_path)], [str(traced_hosts.ssh_wrapper)], tmp_path) as session:
+            assert all(traced_hosts.running(b"bpftrace", [h1, h2]).values())
+            dd(traced_hosts, h1, tmp_path / "h1.bin", 8)
+            dd(traced_hosts, h2, tmp_path / "h2.bin", 24)
+            here = writer.do("write", tmp_path / "root.bin", 4, 1)
+    finally:
+        writer.close()
+    record = session.record()
+    assert record["level"] == "block" and record["complete"]
+    for host, mib in ((h1, 8), (h2, 24)):
+        mine = record["hosts"][host]
+        assert mine["hostname"] == host and mine["complete"]
+        (disk,) = mine["devices"].values()
+        print(f"{host}: traced write {disk['write']['bytes']} of {mib * MIB}")
+        assert near(disk["write"]["bytes"], mib * MIB), (host, disk["write"])
+        streams = [s for s in mine["streams"] if s["comm"] == "dd"]
+        assert len(streams) == 1 and near(streams[0]["ops"]["write"]["bytes"], mib * MIB)
+        assert not [s for s in mine["streams"] if s["pid"] == writer.pid]
+    rest = record["unattributed"]
+    assert os.uname().nodename in rest["hostnames"] and h1 not in rest["hostnames"] and h2 not in rest["hostnames"]
+    (theirs,) = [s for s in rest["streams"] if s["pid"] == writer.pid]
+    print(f"unattributed: the root namespace's write {theirs['ops']['write']['bytes']} of {here}")
+    assert near(theirs["ops"]["write"]["bytes"], here)
+    assert "writeback" in rest["why"]
+    assert not any(traced_hosts.running(str(tmp_path).encode()).values()) and not ours(tmp_path)
+
+
+def test_interrupted_run_leaves_no_tracer_on_any_host(traced_hosts, tmp_path):
+    """Ctrl-C during a traced run on two hosts: the agents stop their bpftrace (their stdin is
+    closed), the record is complete, and nothing of ours runs on either host."""
+    hosts = traced_hosts.names[:2]
+    with pytest.raises(KeyboardInterrupt):
+        with TraceSession(hosts, [str(tmp_path)], [str(traced_hosts.ssh_wrapper)], tmp_path) as session:
+            dd(traced_hosts, hosts[0], tmp_path / "h1.bin", 2)
+            os.kill(os.getpid(), signal.SIGINT)
+            pytest.fail("SIGINT did not interrupt")
+    assert not any(traced_hosts.running(str(tmp_path).encode()).values())
+    record = session.record()
+    (disk,) = record["hosts"][hosts[0]]["devices"].values()
+    assert record["complete"] and near(disk["write"]["bytes"], 2 * MIB)
+
+
+def test_a_cut_remote_shell_stops_the_remote_tracer(traced_hosts, tmp_path):
+    """The remote shell of a host's tracer dies (as when mlpstorage is killed outright): the
+    agent sees its stdin end and stops bpftrace on the host; the record marks the host
+    incomplete, saying why."""
+    host = traced_hosts.names[0]
+    marker = str(tmp_path).encode()
+    with TraceSession([host], [str(tmp_path)], [str(traced_hosts.ssh_wrapper)], tmp_path) as session:
+        (tracer,) = session.tracers
+        tracer.child.kill()
+        end = time.monotonic() + GONE_WITHIN_S
+        while any(traced_hosts.running(marker, [host]).values()) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(traced_hosts.running(marker, [host]).values()), "bpftrace outlived its remote shell"
+    mine = session.record()["hosts"][host]
+    assert not mine["complete"] and "did not print its maps" in mine["error"]
