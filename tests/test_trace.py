@@ -259,3 +259,55 @@ def test_a_dead_tracer_is_marked_incomplete(tmp_path):
     assert not record["complete"] and not host["complete"]
     assert "did not print its maps" in host["error"]
     assert not ours(tmp_path)
+
+
+def test_parse_sums_repeated_keys_and_splits_by_hostname():
+    """The tracer's output read back without bpftrace: keys that print alike are summed, a
+    host gets its own namespace's requests, the rest is unattributed, comm may hold commas."""
+    from mlpstorage_py.trace.bpf import KTHREAD_BIT, Target
+    from mlpstorage_py.trace.parse import Collector
+
+    mine, theirs, dev = 4026532001, 4026531838, 254 << 20
+    owner = (mine << 32) | 4242
+    kworker = (theirs << 32) | KTHREAD_BIT | 77
+    collector = Collector("h1", {"h1", "h2"})
+    lines = ['{"type": "attached_probes", "data": {"probes": 9}}', '{"type": "printf", "data": "ready 100\\n"}',
+             '{"type": "printf", "data": "200\\n"}',
+             f'{{"type": "map", "data": {{"@uts": {{"{mine}": "h1", "{theirs}": "vm"}}}}}}',
+             f'{{"type": "map", "data": {{"@qi": {{"{mine},{dev}": 5, "{theirs},{dev}": 2}}}}}}',
+             f'{{"type": "map", "data": {{"@qd": {{"{mine},{dev}": 2}}}}}}',
+             f'{{"type": "map", "data": {{"@rq": {{"{mine},{dev},1": 3, "{mine},{dev},1": 1, "{theirs},{dev},1": 9}}}}}}',
+             f'{{"type": "map", "data": {{"@by": {{"{mine},{dev},1": {3 * MIB}, "{mine},{dev},1": {MIB}}}}}}}',
+             f'{{"type": "hist", "data": {{"@lat": {{"{mine},{dev},1": [{{"min": 64, "max": 127, "count": 3}}], '
+             f'"{mine},{dev},1": [{{"min": 1024, "max": 2047, "count": 1}}]}}}}}}',
+             f'{{"type": "map", "data": {{"@seq": {{"{mine},{dev},1": 3}}}}}}',
+             f'{{"type": "map", "data": {{"@sby": {{"{owner},{dev},1,a,b": {4 * MIB}, "{kworker},{dev},1,kworker/u8:1": 5}}}}}}',
+             f'{{"type": "map", "data": {{"@srq": {{"{owner},{dev},1,a,b": 4, "{kworker},{dev},1,kworker/u8:1": 1}}}}}}',
+             '{"type": "printf", "data": "end\\n"}', "not json", '{"type": "agent_ended", "exit": 0}']
+    for line in lines:
+        collector.feed(line)
+    assert collector.ready and collector.ended and collector.agent_exit == 0
+    targets = [Target("vda", dev, "block")]
+    own = collector.part(True, targets)
+    write = own["devices"]["vda"]["write"]
+    assert write["requests"] == 4 and write["bytes"] == 4 * MIB and write["latency_us_hist"] == {"64": 3, "1024": 1}
+    assert write["p50_us"] == 128 and write["p99_us"] == 2048 and write["sequential_share"] == 0.75
+    assert own["devices"]["vda"]["queue_depth"] == [[0.1, 3.0]] and own["devices"]["vda"]["read_share_bytes"] == 0
+    (stream,) = own["streams"]
+    assert (stream["pid"], stream["comm"], stream["kernel_thread"]) == (4242, "a,b", False)
+    assert stream["ops"]["write"]["bytes"] == 4 * MIB and stream["ops"]["read"]["sequential_share"] is None
+    rest = collector.part(False, targets)
+    assert rest["devices"]["vda"]["write"]["requests"] == 9 and rest["devices"]["vda"]["queue_depth"] == [[0.1, 2.0]]
+    assert [(s["pid"], s["kernel_thread"]) for s in rest["streams"]] == [(77, True)]
+
+
+def test_queue_depth_series_stays_bounded():
+    """Hours of samples keep at most MAX_POINTS points, each the mean of its samples."""
+    from mlpstorage_py.trace.parse import MAX_POINTS, Series
+
+    series = Series()
+    for i in range(10 * MAX_POINTS + 7):
+        series.add(i / 10, i % 2 * 4)  # 0, 4, 0, 4...: every merged point means 2
+    points = series.values()
+    assert len(points) <= MAX_POINTS and points[0][0] == 0.0
+    assert all(value == 2.0 for _, value in points[:-1]) and points[-1][0] > points[-2][0]

@@ -94,7 +94,7 @@ def _add_hist(into: dict[str, int], more: dict[str, int]) -> None:
 
 
 class Collector:
-    """What one tracer printed. `own` is the host's hostname; `others` the hostnames of every
+    """What one tracer printed. `own` is the host's hostname; `traced` the hostnames of every
     traced host: a namespace none of them carries is unattributed."""
 
     def __init__(self, own: str, traced: set[str]) -> None:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import IO, Any
 
@@ -120,7 +121,7 @@ class _Tracer:
         self.program: Path | None = None
 
     def start(self, workdir: Path, index: int, shell: list[str]) -> None:
-        self.program = workdir / f"io-trace-{os.getpid()}-{index}.bt"
+        self.program = workdir / f"io-trace-{uuid.uuid4().hex[:12]}-{index}.bt"
         self.program.write_text(program(self.targets), encoding="utf-8")
         parent = os.getpid()
         if self.local:
