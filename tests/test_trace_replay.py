@@ -160,9 +160,13 @@ def test_write_keeps_an_existing_job_file_and_refuses_a_symlink(tmp_path):
 
 
 def small_trace() -> dict[str, Any]:
-    """8 MiB written in 1 MiB requests with an end fsync, 4 MiB read in 1 MiB requests, in 0.5 s."""
-    reader = {"pid": 301, "comm": "python3", "device": "vda", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0, {512: 4})}}
-    return trace([seq_write(300, 8), reader], duration_s=0.5)
+    """8 MiB written in 1 MiB requests with an end fsync, 4 MiB read in 1 MiB requests, in 0.5 s;
+    the reads' latency on the device only, as the tracer keeps it."""
+    reader = {"pid": 301, "comm": "python3", "device": "vda", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0)}}
+    del reader["ops"]["read"]["latency_us_hist"]
+    record = trace([seq_write(300, 8), reader], duration_s=0.5)
+    record["hosts"]["host0"]["devices"] = {"vda": {"read": op(6, {MIB: 6}, 1.0, {512: 6})}}
+    return record
 
 
 @needs_fio
@@ -184,7 +188,11 @@ def test_replay_runs_fio_and_prints_its_figures_beside_the_run(cli, tmp_path):
     record = json.loads(results[0].read_text())
     assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (8 * MIB, 4 * MIB)
     assert record["original"]["write"]["bytes"] == 8 * MIB and record["original"]["write"]["mib_s"] == 16
+    assert record["original"]["write"]["p50_us"] == 4096  # the stream's own latency: 2048-4095 us
+    assert record["original"]["read"]["p99_us"] == 1024  # the device's, where the stream has none
     assert record["replay"]["write"]["mib_s"] > 0 and record["ratio"]["write_mib_s"] > 0
+    writer = next(row for row in record["jobs"] if row["job"] == "h0-python3-300-vda")
+    assert set(writer["write_clat_us"]) == {"p50", "p95", "p99"}
     assert sorted(p.name for p in target.iterdir()) == ["h0-python3-300-vda.0.0", "h0-python3-301-vda.0.0"]
     again = cli("replay", leaf, "--directory", target, "--runtime-cap", "60")
     assert again.rc == 0 and f"using {leaf / 'replay.fio'}" in again.out

@@ -79,12 +79,20 @@ def _figures(bytes_by: dict[str, int], seconds_by: dict[str, float], hists: dict
 
 
 def original(trace: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """The traced run's figures over the streams replay.fio replays: bytes / duration_s."""
+    """The traced run's figures over the streams replay.fio replays: bytes / duration_s, and the
+    streams' latencies; where the tracer keeps latency per device only (streams carry none), the
+    latencies of the devices those streams used (every process's requests on them)."""
     made, _ = distiller.jobs(trace, meta)
     hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
     for job in made:
         for d in DIRECTIONS:
             _merge(hists[d], ((job.stream.get("ops") or {}).get(d) or {}).get("latency_us_hist") or {})
+    used = {(job.host, job.stream.get("device")) for job in made}
+    for d in DIRECTIONS:
+        if not hists[d]:
+            for host, device in sorted(used, key=str):
+                record = ((trace.get("hosts") or {}).get(host) or {}).get("devices", {}).get(device) or {}
+                _merge(hists[d], (record.get(d) or {}).get("latency_us_hist") or {})
     duration = float(trace.get("duration_s") or 0.0)
     return _figures({"read": sum(j.read_bytes for j in made), "write": sum(j.write_bytes for j in made)},
                     {d: duration for d in DIRECTIONS}, hists)
@@ -119,7 +127,11 @@ def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[s
                 if moved:
                     bytes_by[d] += moved
                     seconds_by[d] = max(seconds_by[d], runtime)
-                    _merge(hists[d], _log2_us((part.get("clat_ns") or {}).get("bins") or {}))
+                    clat = part.get("clat_ns") or {}
+                    _merge(hists[d], _log2_us(clat.get("bins") or {}))
+                    exact = clat.get("percentile") or {}  # fio's own, per job, for the record
+                    row[f"{d}_clat_us"] = {label: round(exact[f"{100 * q:.6f}"] / 1000, 1)
+                                           for label, q in QUANTILES.items() if f"{100 * q:.6f}" in exact}
             summary.append(row)
     return _figures(bytes_by, seconds_by, hists), summary
 
