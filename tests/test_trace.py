@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -225,6 +226,24 @@ def test_check_names_each_host_that_cannot_trace(tmp_path, monkeypatch):
         with TraceSession(["127.0.0.1"], [str(tmp_path)], None, tmp_path):
             pytest.fail("the session started")
     assert not list(tmp_path.glob("*.bt")) and not ours(tmp_path)
+
+
+def test_a_work_directory_a_host_cannot_see_is_named(tmp_path):
+    """The program file lies in the session's work directory, which every host must share: a
+    host that cannot see it (here: a remote shell that hides the directory in a mount namespace
+    of its own) makes the session refuse, naming the host and the reason, with nothing left."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare (util-linux) for a private mount namespace")
+    work = tmp_path / "work"
+    work.mkdir()
+    shell = tmp_path / "remote-shell"
+    shell.write_text('#!/bin/sh\nshift\nexec unshare -m --propagation private '
+                     'sh -c \'mount -t tmpfs none "$0" && exec "$@"\' ' f'{work} "$@"\n')
+    shell.chmod(0o755)
+    with pytest.raises(TraceUnavailable, match=r"far-host: bpftrace did not start: .* is not visible on this host"):
+        with TraceSession(["far-host"], [str(tmp_path)], [str(shell)], work):
+            pytest.fail("the session started")
+    assert not ours(tmp_path) and not list(work.glob("*.bt"))
 
 
 @pytest.mark.parametrize("raised", [RuntimeError, KeyboardInterrupt])

@@ -68,6 +68,10 @@ def stop(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int:
 
 
 def _run(program: Path) -> int:
+    if not program.is_file():
+        print(f"ERROR: the trace program {program} is not visible on this host: the session's work directory "
+              "must be on a filesystem every client host shares", file=sys.stderr)
+        return 1
     bpftrace = shutil.which("bpftrace") or "bpftrace"
     parent = os.getpid()
     ending: list[int] = []
