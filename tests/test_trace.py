@@ -205,18 +205,23 @@ def test_object_store_path_is_not_traced(tmp_path):
 
 def test_check_names_each_host_that_cannot_trace(tmp_path, monkeypatch):
     """No bpftrace on PATH, here (shutil.which) and on two remote hosts (a remote shell that
-    runs the command here with PATH=/nonexistent), and a host whose remote shell fails: one
-    TraceUnavailable (exit 12) naming each, and nothing started."""
+    runs the command here with PATH=/nonexistent), a host whose remote shell fails and one
+    where we are not root (the command run as nobody): one TraceUnavailable (exit 12) naming
+    each, and nothing started."""
     shell = tmp_path / "remote-shell"
     shell.write_text('#!/bin/sh\nhost=$1; shift\n'
                      'if [ "$host" = down-host ]; then echo "ssh: connect to host down-host: Connection refused" >&2; '
-                     'exit 255; fi\nexec env PATH=/nonexistent "$@"\n')
+                     'exit 255; fi\n'
+                     'if [ "$host" = user-host ]; then exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"; fi\n'
+                     'exec env PATH=/nonexistent "$@"\n')
     shell.chmod(0o755)
-    hosts = ["far-host-a", "far-host-b", "down-host"]
+    as_user = os.geteuid() == 0 and shutil.which("setpriv") is not None  # a host where we are not root
+    hosts = ["far-host-a", "far-host-b", "down-host"] + (["user-host"] if as_user else [])
     with pytest.raises(TraceUnavailable) as refused:
         check(hosts, [str(tmp_path)], [str(shell)])
     text = str(refused.value)
-    assert refused.value.exit_code == 12 and "3 of 3" in text
+    assert refused.value.exit_code == 12 and f"{len(hosts)} of {len(hosts)}" in text
+    assert not as_user or "user-host: not root (euid 65534; bpftrace needs root)" in text
     assert "far-host-a: bpftrace is not on PATH" in text and "far-host-b: bpftrace is not on PATH" in text
     assert "down-host: cannot run the trace agent (ssh: connect to host down-host: Connection refused)" in text
 

@@ -27,8 +27,14 @@ def kernel_dev(major: int, minor: int) -> int:
 def _existing(path: str) -> Path:
     """The path, or its nearest existing parent: the benchmark may create the directory later."""
     here = Path(path).absolute()
-    while not here.exists() and here != here.parent:
-        here = here.parent
+    while here != here.parent:
+        try:
+            os.stat(here)
+            break
+        except FileNotFoundError:
+            here = here.parent
+        except OSError:  # there, but not ours to look at: the caller's stat says so
+            break
     return here
 
 
@@ -70,12 +76,16 @@ def _disks(sysfs: Path) -> list[tuple[str, int]]:
 
 
 def resolve(path: str) -> dict[str, Any]:
-    """Where one data path lands: {"path", "level", "devices": [{"name", "dev", "level"}], "why"}."""
+    """Where one data path lands: {"path", "level", "devices": [{"name", "dev", "level"}], "why"};
+    level "unreadable" (a reason to refuse) where this host may not look at the path."""
     if path.startswith("s3://"):
         return {"path": path, "level": "object", "devices": [],
                 "why": f"{path} is an object store: its requests leave as network traffic, not block I/O"}
     here = _existing(path)
-    st = os.stat(here)
+    try:
+        st = os.stat(here)
+    except OSError as exc:
+        return {"path": path, "level": "unreadable", "devices": [], "why": f"cannot read {here}: {exc.strerror}"}
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
     point, fstype, source = _mount(here, major, minor)
     sysfs = SYS_DEV_BLOCK / f"{major}:{minor}"
@@ -99,10 +109,21 @@ def _boot_id() -> str:
         return ""
 
 
+def _tracefs() -> str | None:
+    """Where tracefs is mounted (its events listed there, or mountinfo naming it: a user who
+    may not list it still learns it is there), or None."""
+    try:
+        mounted = {line.split(" - ")[0].split()[4] for line in MOUNTINFO.read_text().splitlines()
+                   if " - tracefs " in line}
+    except (OSError, IndexError):
+        mounted = set()
+    return next((d for d in TRACEFS if d in mounted or os.path.isdir(os.path.join(d, "events"))), None)
+
+
 def facts(paths: list[str]) -> dict[str, Any]:
     """This host's answer: its hostname and kernel (boot id: simulated hosts share one), whether
     it can trace, and where each data path lands."""
-    tracefs = next((d for d in TRACEFS if os.path.isdir(os.path.join(d, "events"))), None)
+    tracefs = _tracefs()
     return {"hostname": socket.gethostname(), "boot_id": _boot_id(), "euid": os.geteuid(),
             "bpftrace": shutil.which("bpftrace"), "tracefs": tracefs, "btf": os.path.exists(BTF),
             "paths": [resolve(p) for p in paths]}
@@ -122,4 +143,4 @@ def problems(found: dict[str, Any]) -> list[str]:
         wrong.append(f"tracefs is not mounted at {' or '.join(TRACEFS)} (mount -t tracefs nodev {TRACEFS[0]})")
     if not found["btf"]:
         wrong.append(f"the kernel has no BTF ({BTF} is missing: a kernel built without CONFIG_DEBUG_INFO_BTF)")
-    return wrong
+    return wrong + [p["why"] for p in found["paths"] if p["level"] == "unreadable"]
