@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -269,6 +270,27 @@ def test_stops_cleanly_when_the_run_fails(tmp_path, worker, raised):
     record = session.record()
     assert record["complete"]
     assert near(stream(record["hosts"]["127.0.0.1"], worker.pid, disk)["ops"]["write"]["bytes"], written)
+
+
+def test_a_killed_session_takes_its_tracer_with_it(tmp_path):
+    """mlpstorage killed outright (SIGKILL: no teardown of ours runs): the kernel ends its
+    bpftrace (the death signal it asked for), so none is left."""
+    require_tracing()
+    folder, _ = block_dir(tmp_path)
+    code = ("import sys\nfrom pathlib import Path\nfrom mlpstorage_py.trace.session import TraceSession\n"
+            "with TraceSession(['127.0.0.1'], [sys.argv[1]], None, Path(sys.argv[1])):\n"
+            "    print('traced', flush=True)\n    sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "traced" and ours(tmp_path)
+    finally:
+        child.kill()
+        child.wait()
+    end = time.monotonic() + 60  # a cap on waiting for the kernel's signal, not a margin measured
+    while ours(tmp_path) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not ours(tmp_path), "bpftrace outlived the session that started it"
 
 
 def test_a_dead_tracer_is_marked_incomplete(tmp_path):
