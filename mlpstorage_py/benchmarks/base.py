@@ -111,6 +111,14 @@ class Benchmark(abc.ABC):
             return None
         return MpiOptions.from_args(self.request.args), plan.num_processes
 
+    def traced_paths(self, plan: Plan) -> list[str]:
+        """Where the work's data lives, for --trace-io: the data directory, or the s3:// location
+        of an object-storage run (traced at no block device; its record says so)."""
+        if plan.data_dir is not None:
+            return [str(plan.data_dir)]
+        uri = self.request.arg("data_dir") or self.request.arg("checkpoint_folder")
+        return [str(uri)] if uri else []
+
     def gate_hosts(self, plan: Plan) -> None:
         """Gates that need the measured client hosts (plan.client_hosts); run inside the leaf."""
 

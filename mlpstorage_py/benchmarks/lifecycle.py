@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.benchmarks import tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
 from mlpstorage_py.launch import hostinfo, mpi, preflight
@@ -94,7 +95,8 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
             write_json(leaf / fs_probe.FILE_NAME, fs_record)
         _survey_hosts(bench, plan, metadata, results_dir)
         bench.gate_hosts(plan)
-        bench.execute(plan, leaf)
+        with tracing.traced(bench, plan, leaf):
+            bench.execute(plan, leaf)
         metadata.update(bench.collect(plan, leaf))
         status, failure = 0, None
         return 0
@@ -109,6 +111,7 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
         raise
     finally:
         _write_leaf(bench, plan, leaf, metadata, digest, status, failure)
+        tracing.distil(leaf)
         if failure:
             log.error(f"{req.benchmark} {req.command} failed (exit {status}): {failure}; leaf {leaf}")
         detach(handlers)

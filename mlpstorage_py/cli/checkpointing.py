@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_universal,
+from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_trace, add_universal,
                                       command_parser, positive_float, positive_int)
 from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.rules.tables import checker, edition
@@ -42,6 +42,8 @@ def register(benches: Any, mode: str) -> None:
                               help="O_DIRECT checkpoint writes and reads (files only; recorded in the leaf)")
                 add_storage(p)
                 add_mpi(p)
+                if name == "run":
+                    add_trace(p, mode)
                 add_open_only(p, mode, "--engine", choices=["mlpstorage", "dlio"], default="mlpstorage",
                               help="mlpstorage: our MPI checkpoint engine (default); dlio: the working group's DLIO "
                                    "(3.0.x, with --dlio-bin-path or installed here) as a cross-check, write and read "

@@ -97,6 +97,13 @@ def add_open_only(parser: argparse.ArgumentParser, mode: str, *flags: str, **kwa
         parser.add_argument(*flags, **kwargs)
 
 
+def add_trace(parser: argparse.ArgumentParser, mode: str, *aliases: str) -> None:
+    """--trace-io: OPEN only (Rules 6.6.2 places latency tracing in OPEN)."""
+    add_open_only(parser, mode, "--trace-io", *aliases, dest="trace_io", action="store_true",
+                  help="trace the I/O that reaches the storage on every client host (bpftrace, as root) into "
+                       "io_trace.json and a distilled replay.fio in the leaf")
+
+
 def add_params(parser: argparse.ArgumentParser, mode: str) -> None:
     parser.add_argument("--params", "--param", "-p", nargs="+", action="extend", metavar="KEY=VALUE",
                         help="workload parameter overrides (dotted keys); CLOSED accepts only the rules' tunables")

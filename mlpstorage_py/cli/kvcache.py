@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_universal, command_parser,
+from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_trace, add_universal, command_parser,
                                       non_negative_float, non_negative_int, positive_int)
 from mlpstorage_py.rules.tables import workloads
 
@@ -55,5 +55,7 @@ def register(benches: Any, mode: str) -> None:
         add_open_only(w, mode, "--trials", type=positive_int, help="trials per Option (default 3)")
         add_open_only(w, mode, "--inter-option-delay", type=non_negative_int,
                       help="seconds to wait between Options (default 90)")
+        if name == "run":
+            add_trace(p, mode, "--enable-latency-tracing")  # the reference's spelling too
         add_params(p, mode)
         add_universal(p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_universal, command_parser,
+from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_trace, add_universal, command_parser,
                                       positive_float, positive_int)
 from mlpstorage_py.rules.tables import checker, edition
 
@@ -66,6 +66,7 @@ def _datagen(p: Any, mode: str) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in <data-dir>/<model>")
     add_storage(p)
     add_mpi(p)
+    add_trace(p, mode)
     add_dlio_bin_path(p)
     _common(p, mode)
 
@@ -76,5 +77,6 @@ def _run(p: Any, mode: str, accels: list[str]) -> None:
                    help="simulated accelerators (= MPI ranks)")
     add_storage(p)
     add_mpi(p)
+    add_trace(p, mode)
     add_dlio_bin_path(p)
     _common(p, mode)

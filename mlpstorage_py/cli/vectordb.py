@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_universal,
-                                      command_parser, positive_int)
+from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_trace,
+                                      add_universal, command_parser, positive_int)
 from mlpstorage_py.rules.tables import workloads
 
 METRICS = ["COSINE", "L2", "IP"]
@@ -104,6 +104,7 @@ def register(benches: Any, mode: str) -> None:
         add_open_only(group, mode, "--compact", action="store_true",
                       help="compact the collection after the load and wait for it")
         add_storage(p)
+        add_trace(p, mode)
         add_params(p, mode)
         add_universal(p)
 
@@ -131,4 +132,5 @@ def register(benches: Any, mode: str) -> None:
         add_storage(p)
         add_params(p, mode)
         add_mpi(p)  # --hosts spreads the query clients over client hosts as MPI ranks (needs --host/--port)
+        add_trace(p, mode)
         add_universal(p)

@@ -37,7 +37,9 @@ same disks saw (the kernel's writeback threads, other namespaces), from one trac
 its device names prefixed `<host entry>:` when the hosts run more than one kernel.
 
 A stream is one issuing process on one device: what `replay.fio` turns into one fio job. A
-kernel thread's stream (kernel_thread: kworker writeback, a journal) is the kernel's own I/O.
+kernel thread's stream (kernel_thread: kworker writeback, a journal) is the kernel's own I/O. A
+stream that one of the run's ranks issued carries `"rank": r` (benchmarks/tracing.py, from the
+ranks' start-up lines); where any does, replay.fio keeps only those.
 """
 
 from __future__ import annotations

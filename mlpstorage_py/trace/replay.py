@@ -128,14 +128,17 @@ def stream_bytes(stream: dict[str, Any]) -> int:
 
 
 def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[Job], list[dict[str, Any]]]:
-    """The trace's jobs and the streams left out: trivial ones, and kernel threads' (writeback,
-    a journal: the kernel's own I/O, which a buffered replay makes again by itself)."""
+    """The trace's jobs and the streams left out: trivial ones, kernel threads' (writeback, a
+    journal: the kernel's own I/O, which a buffered replay makes again by itself) and, where the
+    run's ranks are known (a stream's `rank`), every other process's (mlpstorage itself, other
+    work on a busy head node)."""
     check_level(trace)
     direct = direct_io(metadata)
-    every = [(i, h, r, s) for i, h, r, s in streams(trace) if not s.get("kernel_thread")]
+    ranked = any("rank" in s for *_, s in streams(trace))
+    every = [(i, h, r, s) for i, h, r, s in streams(trace) if not s.get("kernel_thread") and (not ranked or "rank" in s)]
     total = sum(stream_bytes(s) for *_, s in every)
     made: list[Job] = []
-    left = [s for *_, s in streams(trace) if s.get("kernel_thread")]
+    left = [s for *_, s in streams(trace) if s.get("kernel_thread") or (ranked and "rank" not in s)]
     for index, host, record, stream in every:
         if stream_bytes(stream) == 0 or stream_bytes(stream) < TRIVIAL_SHARE * total:
             left.append(stream)
@@ -206,9 +209,15 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
     if kernel:
         lines.append(f"; left out: {len(kernel)} kernel thread stream(s) ({sum(stream_bytes(s) for s in kernel)} B: "
                      "writeback, a journal; the replay's own I/O makes theirs)")
-    if len(left) > len(kernel):
-        lines.append(f"; left out: {len(left) - len(kernel)} stream(s) with under {TRIVIAL_SHARE:.0%} of the "
-                     f"traced bytes ({sum(stream_bytes(s) for s in left if not s.get('kernel_thread'))} B)")
+    ranked = any("rank" in t for *_, t in streams(trace))
+    others = [s for s in left if ranked and not s.get("kernel_thread") and "rank" not in s]
+    if others:
+        lines.append(f"; left out: {len(others)} stream(s) of processes that are not the run's ranks "
+                     f"({sum(stream_bytes(s) for s in others)} B: mlpstorage itself, other work on the hosts)")
+    small = [s for s in left if not s.get("kernel_thread") and s not in others]
+    if small:
+        lines.append(f"; left out: {len(small)} stream(s) with under {TRIVIAL_SHARE:.0%} of the "
+                     f"traced bytes ({sum(stream_bytes(s) for s in small)} B)")
     if trace.get("complete") is False:
         lines.append("; the trace is incomplete (a host's tracer did not print its maps): the jobs hold what it has")
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",

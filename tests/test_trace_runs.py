@@ -1,0 +1,152 @@
+"""`--trace-io` on real runs (issue 27): a traced checkpoint run (its folder on a disk of its
+own, a loop-mounted ext4: the block layer) and a traced KV run (its cache on tmpfs: the
+read/write system calls), each leaf holding io_trace.json and a replay.fio that fio parses. The
+bytes the run's ranks issued (their streams, told apart by the pids of their start-up lines)
+equal what the run says it wrote and read, within 5 %. The disk of its own keeps the ranks'
+interpreter and library reads (on the root disk) out of the count, and other processes of this
+busy machine are other streams. CLOSED refuses the flag, and a host that cannot trace fails
+the run before any work (exit 12)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from conftest import DATASIZE, MLPSTORAGE, all_leaves, subprocess_env
+from test_faults_checkpointing import SMALL as SMALL_LLAMA
+from test_kvcache_cli import SMALL as SMALL_KV
+from test_trace import near, require_tracing
+
+from mlpstorage_py.results import io_trace
+from mlpstorage_py.trace import devices
+
+
+def rank_bytes(trace: dict, op: str) -> dict[int, int]:
+    """Bytes of `op` per rank, summed over the rank's streams (one per device) on every host."""
+    found: dict[int, int] = {}
+    for host in trace["hosts"].values():
+        for stream in host["streams"]:
+            if "rank" in stream:
+                found[stream["rank"]] = found.get(stream["rank"], 0) + int(stream["ops"].get(op, {}).get("bytes", 0))
+    return found
+
+
+def fio_parses(path: Path) -> None:
+    done = subprocess.run(["fio", "--parse-only", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def checkpoint(results: Path, folder: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess:
+    argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8",
+            "-cf", str(folder), "-sn", "sys1", "-rd", str(results), "-ncw", "1", "-ncr", "1",
+            "--skip-fs-separation-gate", *extra, "--params", *SMALL_LLAMA]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture
+def own_disk(tmp_path) -> Iterator[Path]:
+    """A 256 MiB ext4 on a loop device, mounted for the test: a block device only the run uses."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("a loop-mounted filesystem needs root and mkfs.ext4")
+    image, mount = tmp_path / "disk.img", tmp_path / "disk"
+    with open(image, "wb") as fh:
+        fh.truncate(256 << 20)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True, capture_output=True)
+    mount.mkdir()
+    made = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot loop-mount here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_traced_checkpoint_run_counts_what_its_ranks_wrote_and_read(results, tmp_path, own_disk):
+    require_tracing()
+    folder = own_disk / "ckpt"
+    folder.mkdir()
+    assert devices.resolve(str(folder))["level"] == "block"
+    env = subprocess_env(tmp_path)
+    done = checkpoint(results, folder, env, "--trace-io")
+    assert done.returncode == 0, done.stderr
+    leaf = max(all_leaves(results))
+    trace = io_trace.read(leaf)
+    assert trace is not None and trace["level"] == "block" and trace["complete"], trace and trace.get("why")
+    written, read = rank_bytes(trace, "write"), rank_bytes(trace, "read")
+    assert sorted(written) == [0, 1], written
+    for rank in (0, 1):  # what each rank says it moved (the engine's per-rank output)
+        said = json.loads((leaf / f"{rank}_output.json").read_text())
+        assert said["bytes_written"] > 0 and said["bytes_read"] > 0
+        assert near(written[rank], said["bytes_written"]), (rank, written[rank], said["bytes_written"])
+        assert near(read[rank], said["bytes_read"]), (rank, read[rank], said["bytes_read"])
+    fio_parses(leaf / "replay.fio")
+    text = (leaf / "replay.fio").read_text()
+    assert text.count("\n[h0-") == 2, text  # one job per rank; mlpstorage's own I/O is left out
+    # Replayed once, on another directory of the same disk.
+    target = tmp_path / "replay"
+    target.mkdir()
+    replay = subprocess.run([str(MLPSTORAGE), "replay", str(leaf), "--directory", str(target)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert replay.returncode == 0, replay.stderr
+    assert "read MiB/s" in replay.stdout and "write MiB/s" in replay.stdout, replay.stdout
+    assert list(leaf.glob("replay_*.json"))
+
+
+def test_a_traced_kv_run_counts_what_its_ranks_wrote_and_read(results, other_fs_dir, tmp_path):
+    require_tracing()
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(SMALL_KV))
+    argv = [str(MLPSTORAGE), "open", "kvcache", "run", "-np", "2", "--cache-dir", str(other_fs_dir / "kv"),
+            "-rd", str(results), "-sn", "sys1", "--model", "tiny-1b", "--num-users", "3", "--duration", "3",
+            "--trials", "1", "--inter-option-delay", "0", "--option", "1", "--config", str(config),
+            "--enable-latency-tracing"]  # the reference's spelling of --trace-io
+    done = subprocess.run(argv, env=subprocess_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    leaf = max(all_leaves(results))
+    trace = io_trace.read(leaf)
+    assert trace is not None and trace["level"] == "vfs" and "tmpfs" in trace["why"], trace and trace.get("why")
+    written, read = rank_bytes(trace, "write"), rank_bytes(trace, "read")
+    for result in leaf.rglob("kvcache_results_*.json"):
+        rank = int(result.parent.name.split("_")[1])
+        stats = json.loads(result.read_text())["summary"]["cache_stats"]
+        assert near(written[rank], stats["total_write_bytes"]), (rank, written[rank], stats["total_write_bytes"])
+        assert near(read[rank], stats["total_read_bytes"]), (rank, read[rank], stats["total_read_bytes"])
+    fio_parses(leaf / "replay.fio")
+
+
+def test_closed_refuses_trace_io(cli, results):
+    res = cli("closed", "kvcache", "run", "--cache-dir", "/dev/shm/x", "-rd", results, "-sn", "sys1", "--trace-io")
+    assert res.rc == 2 and "--trace-io is not allowed in the closed division" in res.err
+    assert not all_leaves(results)
+
+
+def test_a_host_that_cannot_trace_fails_the_run_before_any_work(cli, results, tmp_path, monkeypatch):
+    """No bpftrace here: exit 12, one line naming the host and why, a failed leaf, no engine run."""
+    real = devices.shutil.which
+    monkeypatch.setattr(devices.shutil, "which", lambda name: None if name == "bpftrace" else real(name))
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    res = cli("open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8", "-cf", folder,
+              "-sn", "sys1", "-rd", results, "-ncw", "1", "-ncr", "0", "--skip-fs-separation-gate", "--trace-io",
+              "--params", *SMALL_LLAMA)
+    assert res.rc == 12, res.err
+    (error,) = [l for l in res.err.splitlines() if l.startswith("mlpstorage: error:")]
+    assert "127.0.0.1: bpftrace is not on PATH" in error, error
+    (leaf,) = all_leaves(results)
+    meta = json.loads(next(leaf.glob("checkpointing_*_metadata.json")).read_text())
+    assert meta["exit_status"] == 12 and not (leaf / "summary.json").exists() and not list(folder.rglob("*"))
+    assert not (leaf / io_trace.FILE).exists()
+
+
+def test_datasize_has_no_trace_flag(cli, results):
+    """Only commands that do I/O take --trace-io."""
+    res = cli("open", *DATASIZE[1:], "-sn", "sys1", "-rd", results, "--trace-io")
+    assert res.rc == 2
