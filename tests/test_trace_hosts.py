@@ -40,8 +40,8 @@ def test_each_host_gets_what_it_issued(traced_hosts, tmp_path):
     """8 MiB written on h1 and 24 MiB on h2 (O_DIRECT), 4 MiB by a process of the root namespace
     (no traced host's): each host's device record holds its own bytes within 5 %, its dd is
     its stream, and the root namespace's write is unattributed. 8 MiB more written on h1
-    through the page cache and then synced reach the disk from the kernel's writeback threads:
-    unattributed too, not h1's. No tracer is left anywhere."""
+    through the page cache (and synced from here) reach the disk from the kernel's writeback
+    threads: unattributed too, not h1's. No tracer is left anywhere."""
     h1, h2 = traced_hosts.names[:2]
     writer = Worker()
     try:
@@ -52,7 +52,8 @@ def test_each_host_gets_what_it_issued(traced_hosts, tmp_path):
             here = writer.do("write", tmp_path / "root.bin", 4, 1)
             buffered = traced_hosts.ssh(h1, "dd", "if=/dev/zero", f"of={tmp_path / 'h1-buffered.bin'}", "bs=1M",
                                         "count=8", timeout=60)
-            assert buffered.returncode == 0 and traced_hosts.ssh(h1, "sync", timeout=120).returncode == 0
+            assert buffered.returncode == 0
+            os.sync()  # from the root namespace: what sync itself writes (all the disk's metadata) is not h1's
     finally:
         writer.close()
     record = session.record()
