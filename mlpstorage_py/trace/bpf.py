@@ -14,9 +14,14 @@ start) belongs to the task that issued it. Latency is issue to completion.
 VFS level (tmpfs, NFS, FUSE: no disk behind the path): the read/write/fsync system calls whose
 file lies on the data path's filesystem (the fd's superblock device), entry to exit.
 
+Nothing counts until the sampler's first tick (`@go`, READY_MARK): bpftrace prints "Attaching
+N probes" before it attaches them one by one, in the program's order, the sampler last; a
+request issued before its completion probe was attached would stay in flight for ever.
+
 Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
-per process and device) and `owner,dev,comm` for a stream's busy time, where owner packs the namespace, the kernel-thread flag
-and the pid into one number (one map value, so a request's owner is never half written).
+per process and device) and `owner,dev,comm` for a stream's busy time, where owner packs the
+namespace, the kernel-thread flag and the pid into one number (one map value, so a request's
+owner is never half written).
 """
 
 from __future__ import annotations
