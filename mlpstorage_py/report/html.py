@@ -1,7 +1,8 @@
 """`mlpstorage reports html`: one self-contained page of a results tree, for a reviewer's eyes.
 
 Per result: the figures reportgen wrote to its results.json, pictures of the runs behind them
-(plots.py, inline SVG) with the plotted values, and the checker's findings. The tree is read
+(plots.py, inline SVG) with the plotted values, each traced leaf's I/O trace (trace_figures.py)
+and the checker's findings. The tree is read
 once, as validate reads it (checker.validate's Package); every string from the tree is
 untrusted and escaped, and the page loads nothing: no script, no font, no stylesheet, and a
 Content-Security-Policy that blocks any request, so a page that tried one would say so.
@@ -9,17 +10,17 @@ Content-Security-Policy that blocks any request, so a page that tried one would 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.progress import Progress
-from mlpstorage_py.report import plots
+from mlpstorage_py.report import plots, trace_figures
+from mlpstorage_py.report.markup import chart as _chart, pairs as _pairs
 from mlpstorage_py.results.io import atomic_write_text
 
 NO_PICTURES = '<p class="note">no pictures</p>'
@@ -27,7 +28,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'"
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-top: 2px solid #ccc; padding-top: .8em; }
-h3 { font-size: 1em; margin-bottom: .3em; }
+h3 { font-size: 1em; margin-bottom: .3em; } h4 { font-size: .95em; margin: .8em 0 .2em; }
 table { border-collapse: collapse; margin: .3em 0 .8em; } td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; overflow-wrap: break-word; }
 th, .summary td:nth-child(n+2) { white-space: nowrap; }
 .findings { table-layout: fixed; width: 100%; } .findings td { overflow-wrap: anywhere; }
@@ -38,33 +39,6 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure.chart { margin: .5em 0 1em; } figure.chart svg { width: 760px; height: auto; max-width: 100%; }
 .note { color: #666; font-size: .9em; } code { font-size: .95em; }
 """
-
-
-def _text(value: Any) -> str:
-    """How a value reads on the page (the exact value is in the cell's data-value)."""
-    if value is None:
-        return "blank"
-    if isinstance(value, float):
-        return format(value, ".6g")
-    if isinstance(value, list):
-        return ", ".join(_text(v) for v in value)
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, default=str)
-    return str(value)
-
-
-def _cell(value: Any) -> str:
-    """A <td> with the shown text and, for a machine reading the page, the exact JSON value."""
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    data = json.dumps(value, default=str)
-    css = ' class="num"' if numeric else ""
-    return (f'<td{css} data-value="{escape(data)}">'
-            f"{escape(_text(value))}</td>")
-
-
-def _pairs(rows: Iterable[tuple[str, Any]], css: str, source: str) -> str:
-    body = "".join(f'<tr data-key="{escape(key)}"><th>{escape(key)}</th>{_cell(value)}</tr>' for key, value in rows)
-    return f'<table class="{css}" data-source="{escape(source)}">{body}</table>'
 
 
 def _path(text: str) -> str:
@@ -90,20 +64,6 @@ def _findings(pkg: Package, findings: list[Finding]) -> str:
                    f"<td>{escape(f.message)}</td></tr>" for f in findings)
     return ('<table class="findings"><tr><th>severity</th><th>rule</th><th>name</th><th>where</th><th>finding</th></tr>'
             f"{rows}</table>")
-
-
-def _chart(chart: plots.Chart, ident: str) -> str:
-    notes = "".join(f'<p class="note">{escape(n)}</p>' for n in chart.notes)
-    if not chart.drawable():
-        return (f'<figure class="chart empty" data-chart="{escape(chart.key)}"><figcaption>{escape(chart.title)}: '
-                f"nothing to draw</figcaption>{notes}</figure>")
-    head = "".join(f"<th>{escape(c)}</th>" for c in chart.categories)
-    rows = "".join(f'<tr data-series="{escape(label)}"><th>{escape(label)}</th>{"".join(_cell(v) for v in values)}</tr>'
-                   for label, values in chart.series.items())
-    return (f'<figure class="chart" data-chart="{escape(chart.key)}">{plots.svg(chart, ident)}'
-            f"<figcaption>{escape(chart.title)} ({escape(chart.ylabel)})</figcaption>{notes}"
-            f'<details><summary>plotted values</summary><table class="series"><tr><th>{escape(chart.xlabel)}</th>{head}</tr>'
-            f"{rows}</table></details></figure>")
 
 
 def _table_part(runs: list[Leaf]) -> tuple[str, dict[str, Any] | None]:
@@ -140,11 +100,12 @@ def _section(pkg: Package, index: int, workload: Path, leaves: list[Leaf], findi
     meta = [("division", first.division), ("organization", first.org), ("system", first.system),
             ("benchmark", first.benchmark), ("model", first.model), ("Public ID", (table or {}).get("public_id")),
             ("runs", [l.path.name for l in runs])]
-    drawn = sum(c.drawable() for c in charts)
+    traced, traced_drawn = trace_figures.section(sorted(leaves, key=lambda l: l.path.name), f"r{index}")
+    drawn = sum(c.drawable() for c in charts) + traced_drawn
     html = (f'<section class="result" id="r{index}" data-result="{escape(rel)}"><h2>{_path(rel)} '
             f'<span class="{verdict}">{verdict}</span></h2>{_pairs(meta, "meta", "tree")}'
             f"<h3>Figures (results.json)</h3>{table_html}"
-            f"<h3>Pictures</h3>{''.join(_chart(c, f'r{index}-{c.key}') for c in charts) or NO_PICTURES}"
+            f"<h3>Pictures</h3>{''.join(_chart(c, f'r{index}-{c.key}') for c in charts) or NO_PICTURES}{traced}"
             f"<h3>Validation findings</h3>{_findings(pkg, findings)}</section>")
     return html, drawn
 

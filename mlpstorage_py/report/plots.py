@@ -45,6 +45,7 @@ class Chart:
     series: dict[str, list[Value]] = field(default_factory=dict)
     dashed: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    marks: dict[str, float] = field(default_factory=dict)  # label -> x position (in categories): a dashed rule
 
     def drawable(self) -> bool:
         return any(v is not None for values in self.series.values() for v in values)
@@ -327,7 +328,7 @@ def _axis(low: float, high: float) -> tuple[list[float], list[str]]:
 
 
 def _limits(chart: Chart) -> tuple[float, float]:
-    """The value axis: the data with a 5 % margin; bars always stand on zero."""
+    """The value axis: the data with a 5 % margin (and room above for the marks' labels); bars always stand on zero."""
     values = [v for series in chart.series.values() for v in series if v is not None]
     low, high = min(values), max(values)
     if chart.kind == "bar":
@@ -336,6 +337,7 @@ def _limits(chart: Chart) -> tuple[float, float]:
         spread = abs(high) * 0.05 or 1.0
         return low - spread, high + spread
     margin = (high - low) * 0.05
+    high += (high - low) * 0.08 * len(chart.marks)  # headroom for the marks' labels, one row each
     if chart.kind == "bar":  # no margin below (or above) the zero a bar stands on
         return (low - margin if low < 0 else low), (high + margin if high > 0 else high)
     return low - margin, high + margin
@@ -380,6 +382,13 @@ def svg(chart: Chart, ident: str) -> str:
         else:
             canvas.text(label, x, bottom + TICK_LEN + 2 + SMALL * ASCENT, SMALL, "middle")
     _marks(canvas, chart, x_of, y_of)
+    for row, (label, position) in enumerate(chart.marks.items()):
+        x, width, baseline = x_of(position), font.width(label, SMALL), top + SMALL * (1.3 * row + 1.2)
+        start = x + 2 if x + 2 + width < right else x - 2 - width  # right of the rule, else left of it
+        canvas.line(x, top, x, bottom, "#333", 1.0, f' stroke-dasharray="3 2" data-mark="{escape(label)}"')
+        canvas.parts.append(f'<rect x="{start - 1:.2f}" y="{baseline - SMALL:.2f}" width="{width + 2:.2f}" '
+                            f'height="{SMALL * 1.25:.2f}" fill="#fff" fill-opacity="0.85"/>')  # legible over a bar
+        canvas.text(label, start, baseline, SMALL)
     canvas.parts.append(f'<rect x="{left:.2f}" y="{top:.2f}" width="{right - left:.2f}" height="{bottom - top:.2f}" '
                         'fill="none" stroke="#000" stroke-width="0.8"/>')
     canvas.text(chart.title, (left + right) / 2, PAD + TITLE * ASCENT + 2, TITLE, "middle")
