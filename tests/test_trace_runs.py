@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import DATASIZE, MLPSTORAGE, all_leaves, subprocess_env
+from faults import inject, leftover, pids_matching, wait_for, work_started
 from test_faults_checkpointing import SMALL as SMALL_LLAMA
 from test_kvcache_cli import SMALL as SMALL_KV
 from test_trace import near, require_tracing
@@ -150,3 +152,35 @@ def test_datasize_has_no_trace_flag(cli, results):
     """Only commands that do I/O take --trace-io."""
     res = cli("open", *DATASIZE[1:], "-sn", "sys1", "-rd", results, "--trace-io")
     assert res.rc == 2
+
+
+def kv_argv(results: Path, cache: Path, config: Path, duration: int, *extra: str) -> list[str]:
+    return [str(MLPSTORAGE), "open", "kvcache", "run", "-np", "2", "--cache-dir", str(cache), "-rd", str(results),
+            "-sn", "sys1", "--model", "tiny-1b", "--num-users", "3", "--duration", str(duration), "--trials", "1",
+            "--inter-option-delay", "0", "--option", "1", "--config", str(config), "--trace-io", *extra]
+
+
+@pytest.mark.parametrize("fault, code", [("deadline", 7), ("SIGINT", 8), ("rank killed", 6)])
+def test_the_tracer_ends_with_the_run_on_every_path(results, other_fs_dir, tmp_path, fault, code):
+    """A deadline, Ctrl-C and a rank's death: the run exits with its code, the leaf still gets
+    the trace of what happened, and no bpftrace (nor rank) of the run is left."""
+    require_tracing()
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(SMALL_KV))
+    cache = other_fs_dir / "kv"
+    env = subprocess_env(tmp_path)
+    faults = {"SIGINT": lambda child: child.send_signal(signal.SIGINT),
+              "rank killed": lambda child: os.kill(pids_matching("kv-cache.py", str(cache))[-1], signal.SIGKILL)}
+    if fault == "deadline":
+        done = subprocess.run(kv_argv(results, cache, config, 120, "--deadline", "3"), env=env, capture_output=True,
+                              text=True, timeout=600)
+        rc, err = done.returncode, done.stderr
+        wait_for(lambda: not leftover(str(results)), 30, message=lambda: leftover(str(results)))
+    else:
+        rc, err, _ = inject(kv_argv(results, cache, config, 120), env, lambda: work_started(results), faults[fault],
+                            str(results))  # the tracer's program lies in the results tree's scratch
+    assert rc == code, err
+    (leaf,) = all_leaves(results)
+    trace = io_trace.read(leaf)
+    assert trace is not None and trace["level"] == "vfs" and trace["complete"], trace
+    assert json.loads(next(leaf.glob("kv_cache_*_metadata.json")).read_text())["exit_status"] == code
