@@ -67,13 +67,18 @@ WORK_PHASE = r": all \d+ rank\(s\) started after "
 
 
 def count_logged(results: Path, pattern: str) -> int:
-    """Lines matching pattern in the mlpstorage.log of every leaf under results."""
+    """Lines matching pattern in the mlpstorage.log of every leaf under results. os.walk, not
+    rglob: the run creates and removes directories meanwhile (a code-image capture), and a
+    directory that vanishes under os.walk is skipped, where rglob raises."""
     found = 0
-    for log in results.rglob("mlpstorage.log"):
-        try:
-            found += len(re.findall(pattern, log.read_text(encoding="utf-8", errors="replace")))
-        except OSError:
-            continue
+    for root, dirs, files in os.walk(results):
+        dirs[:] = [d for d in dirs if d not in ("code-images", ".mlps")]
+        if "mlpstorage.log" in files:
+            try:
+                text = (Path(root) / "mlpstorage.log").read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            found += len(re.findall(pattern, text))
     return found
 
 
