@@ -134,6 +134,23 @@ def kvcache_data_rows(out: str, _: Path) -> list[Row]:
             Row("kvcache_data", "duplicate 512 B blocks", duplicates, None, duplicates, AT_MOST, 0, "blocks")]
 
 
+def trace_rows(out: str, _: Path) -> list[Row]:
+    """--trace-io's overhead on a checkpoint run and its replay's distance from the run (issue 27);
+    no rows where this machine cannot trace (the bench says why)."""
+    data = json.loads(re.findall(r"^BENCH (.*)$", out, re.MULTILINE)[-1])
+    if "skipped" in data:
+        return []
+    med, rows = data["medians_gib_s"], []
+    for d in ("save", "load"):
+        rows.append(Row("trace_replay", f"traced {d} / untraced", med[f"{d}_traced"], med[d],
+                        data["overhead_ratio"][d], AT_LEAST, 0.95, "GiB/s"))
+    for d, run in (("write", "save"), ("read", "load")):
+        ratio = data["replay_ratio"][d]
+        rows.append(Row("trace_replay", f"|1 - replay {d} / run {run}|", data["replay_mib_s"][d] or 0.0,
+                        med[run] * 1024, abs(1 - ratio), AT_MOST, 0.15, "MiB/s"))
+    return rows
+
+
 def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[str, Path], list[Row]]]]:
     # The CPU-bound benches first: after the I/O benches the kernel is still writing back and
     # reclaiming gigabytes for a while, which slowed a 10,000-leaf validate by a fifth.
@@ -147,6 +164,7 @@ def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[s
         ("vectordb_overhead", ["vectordb_overhead.py", "--repeat", "5"], vectordb_rows),
         ("kvcache_vs_fio", ["kvcache_vs_fio.py"], kvcache_rows),
         ("kvcache_data", ["kvcache_data.py"], kvcache_data_rows),
+        ("trace_replay", ["trace_replay.py", "--rounds", "3"], trace_rows),
     ]
     if full:
         listed.insert(2, ("validate_speed", ["validate_speed.py", "--leaves", "100000", "--commands", "validate"],

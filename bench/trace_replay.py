@@ -1,0 +1,111 @@
+"""What `--trace-io` costs a checkpoint run, and how close its replay.fio comes to the run, in
+one run of this bench (issue 27). Needs root and bpftrace (else it says so and measures nothing).
+
+    .venv/bin/python bench/trace_replay.py [--rounds 3] [--dir DIR]
+
+Each round runs the same OPEN llama3-8b checkpoint (2 ranks, a scaled-down model of about
+--layers layers, one write then one read, the folder on DIR's disk, the results tree apart
+from it) untraced, then traced; the figures are the engine's own save and load GiB/s (rank 0's,
+as published). Printed: per round both runs' figures; the medians' ratios traced / untraced
+(goal >= 0.95, at most 5 % overhead); then `mlpstorage replay` of the last traced leaf on DIR,
+its write and read MiB/s against the untraced runs' medians (goal: within 15 %). The last line
+is `BENCH {json}` for bench/run_all.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
+GIB_TO_MIB = 1024.0
+
+
+def model(layers: int) -> list[str]:
+    return [f"model.num_layers={layers}", "model.hidden_size=1024", "model.ffn_hidden_size=4096",
+            "model.vocab_size=32768", "model.num_attention_heads=8", "model.num_kv_heads=2",
+            "checkpoint.time_between_checkpoints=0"]
+
+
+def run(results: Path, folder: Path, layers: int, traced: bool) -> tuple[float, float, Path]:
+    """One checkpoint run: (save GiB/s, load GiB/s, its leaf)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    argv = [MLPSTORAGE, "open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8",
+            "-cf", str(folder), "-sn", "bench", "-rd", str(results), "-ncw", "1", "-ncr", "1",
+            "--skip-fs-separation-gate", *(["--trace-io"] if traced else []), "--params", *model(layers)]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"trace_replay: the checkpoint run failed (exit {done.returncode}): {done.stderr[-600:]}")
+    leaf = max((p.parent for p in results.rglob("summary.json")), key=lambda p: p.name)
+    metric = json.loads((leaf / "summary.json").read_text())["metric"]
+    return metric["save_checkpoint_io_mean_GB_per_second"], metric["load_checkpoint_io_mean_GB_per_second"], leaf
+
+
+def replay(leaf: Path, directory: Path) -> dict:
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    done = subprocess.run([MLPSTORAGE, "replay", str(leaf), "--directory", str(directory)], capture_output=True, text=True)
+    print(done.stdout)
+    if done.returncode != 0:
+        raise SystemExit(f"trace_replay: the replay failed (exit {done.returncode}): {done.stderr[-600:]}")
+    return json.loads(max(leaf.glob("replay_*.json")).read_text())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=8, help="model layers (8: about 1 GiB per checkpoint)")
+    parser.add_argument("--dir", type=Path, help="where the checkpoints and the replay go (default: under build/)")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not shutil.which("bpftrace"):
+        print("trace_replay: needs root and bpftrace; nothing measured")
+        print("BENCH " + json.dumps({"skipped": "needs root and bpftrace"}))
+        return 0
+    base = args.dir or REPO / "build"
+    base.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="trace-bench-", dir=base))
+    results = Path(tempfile.mkdtemp(prefix="trace-bench-results-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    try:
+        subprocess.run([MLPSTORAGE, "init", "Bench", str(results)], check=True, capture_output=True,
+                       env={**os.environ, "XDG_CONFIG_HOME": str(results / "xdg")})
+        plain: list[tuple[float, float]] = []
+        traced: list[tuple[float, float]] = []
+        leaf = None
+        for index in range(args.rounds):
+            save, load, _ = run(results, work / "ckpt", args.layers, False)
+            plain.append((save, load))
+            save_t, load_t, leaf = run(results, work / "ckpt", args.layers, True)
+            traced.append((save_t, load_t))
+            print(f"round {index + 1}: untraced save {save:.3f} load {load:.3f} GiB/s; "
+                  f"traced save {save_t:.3f} load {load_t:.3f} GiB/s")
+        med = {k: statistics.median(v[i] for v in runs) for k, runs, i in
+               (("save", plain, 0), ("load", plain, 1), ("save_traced", traced, 0), ("load_traced", traced, 1))}
+        assert leaf is not None
+        record = replay(leaf, work / "replay")
+        figures = {"medians_gib_s": med,
+                   "overhead_ratio": {"save": med["save_traced"] / med["save"], "load": med["load_traced"] / med["load"]},
+                   "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
+                   "replay_ratio": {"write": (record["replay"]["write"]["mib_s"] or 0) / (med["save"] * GIB_TO_MIB),
+                                    "read": (record["replay"]["read"]["mib_s"] or 0) / (med["load"] * GIB_TO_MIB)}}
+        print(f"traced / untraced: save {figures['overhead_ratio']['save']:.3f}, load {figures['overhead_ratio']['load']:.3f} "
+              "(goal >= 0.95)")
+        print(f"replay / run: write {figures['replay_ratio']['write']:.3f}, read {figures['replay_ratio']['read']:.3f} "
+              "(goal 0.85-1.15)")
+        print("BENCH " + json.dumps(figures))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(results, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
