@@ -163,6 +163,10 @@ SEMANTIC: dict[str, list[tuple[str, int, str]]] = {
     "--org": [("submit --org a/b", 2, "organization 'a/b'"), ("submit --org ..", 2, "organization '..'")],
     "id": [("runs show ../../etc", 2, "leaf '../../etc' is no leaf"), ("runs show 29990101_000000", 2, "no leaf")],
     "ids": [("runs rm ../x", 2, "leaf '../x' is no leaf"), ("runs rm $(id)", 2, "leaf '$(id)'")],
+    "leaf": [("replay @N --directory @T", 3, "@N is not a directory"), ("replay @F --directory @T", 3, "@F is not a directory"),
+             ("replay @T --directory @T", 2, "@T is not a run leaf")],
+    "--directory": [("replay @T --directory @N", 5, "--directory @N does not exist"),
+                    ("replay @T --directory @F", 5, "--directory @F")],
     "--older-than": [("runs rm --older-than abc", 2, "--older-than 'abc'"), ("runs rm --older-than 5y", 2, "--older-than '5y'")],
 }
 # Free-text flags with no bad value of their own (any text is a valid value): none so far.

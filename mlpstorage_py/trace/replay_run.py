@@ -228,11 +228,11 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
            echo: bool = False) -> tuple[dict[str, Any], Path, bool]:
     """Run the leaf's replay.fio on `directory` (writing it first when absent); returns the
     record written, its path, and whether replay.fio was written now."""
+    directory = directory.expanduser().absolute()
+    if not directory.is_dir():  # before the leaf: a bad argument is named whatever the other is
+        raise missing_directory("--directory", directory)
     leaf = leaf.expanduser().absolute()
     trace, meta = distiller.load(leaf)
-    directory = directory.expanduser().absolute()
-    if not directory.is_dir():
-        raise missing_directory("--directory", directory)
     fio = shutil.which("fio")
     if fio is None:
         raise NotFoundError("fio is not installed (apt-get install fio): replay runs the job with fio")
