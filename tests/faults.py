@@ -145,19 +145,27 @@ def inject(argv: list[str], env: dict[str, str], ready: Callable[[], bool], faul
 
 
 @contextlib.contextmanager
-def small_fs(path: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
-    """A tmpfs of `size` (and `inodes`) mounted at path for the block: a disk that fills up."""
+def mounted(path: Path, *mount_args: str) -> Iterator[Path]:
+    """A filesystem mounted at path for the block (`mount *mount_args path`); skips, saying why,
+    where it cannot be (not root, no mount, a refusal)."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small filesystem needs root")
+        pytest.skip("mounting a filesystem needs root")
     path.mkdir(parents=True, exist_ok=True)
-    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "mlps-fault", str(path)], capture_output=True, text=True)
+    done = subprocess.run(["mount", *mount_args, str(path)], capture_output=True, text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        pytest.skip(f"cannot mount here ({' '.join(mount_args)}): {done.stderr.strip()}")
     try:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+@contextlib.contextmanager
+def small_fs(path: Path, size: str, inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of `size` (and `inodes`) mounted at path for the block: a disk that fills up."""
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+    with mounted(path, "-t", "tmpfs", "-o", options, "mlps-fault") as mount:
+        yield mount
 
 
 def metadata_of(leaf: Path) -> dict:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from faults import pids_matching
+
 from mlpstorage_py.errors import TraceUnavailable
 from mlpstorage_py.trace import devices
 from mlpstorage_py.trace.session import TraceSession, check
@@ -109,18 +111,7 @@ def cold(path: Path) -> None:
 
 def ours(workdir: Path) -> list[int]:
     """Live bpftrace processes running one of this session's programs (they lie in workdir)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if b"bpftrace" in argv[0] and any(str(workdir).encode() in a for a in argv) and state not in "ZX":
-            found.append(int(entry.name))
-    return found
+    return pids_matching("bpftrace", str(workdir))
 
 
 def stream(host: dict, pid: int, device: str) -> dict:
