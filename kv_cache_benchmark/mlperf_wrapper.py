@@ -17,6 +17,9 @@ once kv-cache.py is done, the library versions it imported (mlpstorage_py/result
 of the source tree this file belongs to). `--probe-shared FILE --probe-token TEXT` instead checks that FILE is
 visible with that content on this rank's host (the shared results directory check, 6.3.3.4) and
 prints one `MLPS-KVCACHE-PROBE {json}` line (rank, hostname, path, visible, detail), then exits 0.
+Before kv-cache.py runs, each rank asks the kernel to end it with its launcher and, once the
+simulator is imported, prints one `MLPS-RANK-STARTED {json}` line (rank, host, pid): what
+mlpstorage's start-up allowance waits for (mlpstorage_py/launch/heartbeat.py).
 """
 
 from __future__ import annotations
