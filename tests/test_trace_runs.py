@@ -14,13 +14,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 import yaml
 
-from conftest import DATASIZE, MLPSTORAGE, all_leaves, subprocess_env
+from conftest import DATASIZE, MLPSTORAGE, REPO, all_leaves, subprocess_env
 from faults import inject, leftover, mounted, pids_matching, wait_for, work_started
 from test_faults_checkpointing import SMALL as SMALL_LLAMA
 from test_kvcache_cli import SMALL as SMALL_KV
@@ -178,3 +179,23 @@ def test_the_tracer_ends_with_the_run_on_every_path(results, other_fs_dir, tmp_p
     trace = io_trace.read(leaf)
     assert trace is not None and trace["level"] == "vfs" and trace["complete"], trace
     assert json.loads(next(leaf.glob("kv_cache_*_metadata.json")).read_text())["exit_status"] == code
+
+
+def test_kv_cache_py_on_its_own_traces_itself(other_fs_dir, tmp_path):
+    """kv-cache.py --enable-latency-tracing (the reference's flag), run without mlpstorage: the
+    record beside its result, this client's stream (rank 0) holding what it says it moved."""
+    require_tracing()
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(SMALL_KV))
+    output = tmp_path / "out" / "kv.json"
+    argv = [sys.executable, str(REPO / "kv_cache_benchmark" / "kv-cache.py"), "--model", "tiny-1b", "--num-users", "2",
+            "--duration", "2", "--gpu-mem-gb", "0", "--cpu-mem-gb", "0", "--cache-dir", str(other_fs_dir / "kv"),
+            "--output", str(output), "--config", str(config), "--seed", "7", "--enable-latency-tracing"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=subprocess_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    trace = json.loads((tmp_path / "out" / "kv_io_trace.json").read_text())
+    stats = json.loads(output.read_text())["summary"]["cache_stats"]
+    assert trace["level"] == "vfs" and trace["complete"]
+    assert stats["total_write_bytes"] > 0 and stats["total_read_bytes"] > 0
+    assert near(rank_bytes(trace, "write")[0], stats["total_write_bytes"])
+    assert near(rank_bytes(trace, "read")[0], stats["total_read_bytes"])

@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "seconds after the start) as JSON lines")
     o.add_argument("--request-trace", help="write every served request with the reads and writes it did, as JSON lines")
     o.add_argument("--validate-only", action="store_true", help="check every input, then exit without any I/O")
+    o.add_argument("--enable-latency-tracing", "--trace-io", dest="latency_tracing", action="store_true",
+                   help="trace this client's I/O on --cache-dir (bpftrace, as root) into <output>_io_trace.json")
     return p
 
 
@@ -192,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.validate_only:
         print(f"kv-cache.py: input valid (model {inputs.model.key}, {inputs.model.kv_bytes_per_token} KV bytes/token)")
         return 0
-    from kvcache_sim import report
+    from kvcache_sim import latency_trace, report
     from kvcache_sim.engine import Engine, RunSettings
     from kvcache_sim.cache import MultiTierCache
     from kvcache_sim.payload import ChunkBuffers, KVData
@@ -253,7 +255,11 @@ def run(args: argparse.Namespace) -> int:
             raise RunFailed(f"out of memory preparing the run: {exc or 'MemoryError'}") from None
         except OSError as exc:
             raise RunFailed(f"preparing the run: {exc}") from None
-        outcome = engine.run()
+        try:
+            with latency_trace.traced(args.latency_tracing, cache_dir, output):
+                outcome = engine.run()
+        except latency_trace.TracingUnavailable as exc:
+            raise InputError(str(exc)) from None
         entries, used = cache.entry_counts(), cache.used_bytes()
     finally:
         if not args.keep_cache_files:
