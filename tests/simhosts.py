@@ -30,6 +30,7 @@ LOCK_DIR = Path("/run/mlps-simhosts")
 HOSTS_FILE = Path("/etc/hosts")
 SUBNET = "10.213.{slot}"
 SSHD = "/usr/sbin/sshd"
+READY_S = 300.0  # a cluster whose sshds have not answered by then never will
 
 
 def unavailable_reason() -> str | None:
@@ -281,16 +282,24 @@ class SimCluster:
         _run("ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", script)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 20
+        """Each sshd has written its pid file (it is listening) and answers `hostname` as its
+        host. On a busy machine an ssh handshake alone can take seconds: a try that runs long is
+        a try that failed, and the wait gives up only after READY_S, which is there to end a
+        build that cannot succeed, not to judge a slow one."""
+        deadline = time.monotonic() + READY_S
         pending = list(self.hosts)
         while pending:
             host = pending[0]
-            done = self.ssh(host.name, "hostname", timeout=10)
-            if done.returncode == 0 and done.stdout.strip() == host.name:
+            try:
+                done = self.ssh(host.name, "hostname", timeout=60) if host.pid_file.is_file() else None
+            except subprocess.TimeoutExpired:
+                done = None
+            if done is not None and done.returncode == 0 and done.stdout.strip() == host.name:
                 pending.pop(0)
                 continue
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{host.name}: sshd did not answer ({done.stderr.strip()})")
+                why = "no pid file" if done is None else done.stderr.strip()
+                raise RuntimeError(f"{host.name}: sshd did not answer within {READY_S:.0f} s ({why})")
             time.sleep(0.2)
 
     def _edit_hosts_file(self, add: bool) -> None:
