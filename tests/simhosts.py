@@ -231,6 +231,9 @@ class SimCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _take_slot(self) -> None:
+        """The first free subnet slot. Its lock file names the cluster that held it last: one
+        whose session was killed before its teardown left namespaces, a bridge and /etc/hosts
+        lines on this subnet, which would answer for ours; they are removed first."""
         for slot in range(10, 250):
             fd = os.open(LOCK_DIR / f"slot-{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             try:
@@ -238,9 +241,32 @@ class SimCluster:
             except BlockingIOError:
                 os.close(fd)
                 continue
+            previous = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            if previous and previous != self.tag:
+                self._remove_left_behind(previous)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self.tag.encode("ascii"), 0)
             self.slot, self._slot_fd = slot, fd
             return
         raise RuntimeError("no free simulated-host subnet slot")
+
+    def _remove_left_behind(self, tag: str) -> None:
+        """What a dead cluster `tag` left: its hosts' processes and namespaces, veths, bridge and
+        /etc/hosts lines (we hold its slot's lock, so nothing of it is in use)."""
+        spaces = [line.split()[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines()
+                  if line.split() and line.split()[0].startswith(f"mlps{tag}h")]
+        for netns in spaces:
+            for pid in _run("ip", "netns", "pids", netns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _run("ip", "netns", "del", netns, check=False)
+        for line in _run("ip", "-o", "link", "show", check=False).stdout.splitlines():
+            name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+            if name.startswith(f"mv{tag}") or name == f"mlpsbr{tag}":
+                _run("ip", "link", "del", name, check=False)
+        self._edit_hosts_file(add=False, tag=tag)
 
     def _keys(self) -> None:
         key = self.workdir / "id_ed25519"
@@ -302,8 +328,8 @@ class SimCluster:
                 raise RuntimeError(f"{host.name}: sshd did not answer within {READY_S:.0f} s ({why})")
             time.sleep(0.2)
 
-    def _edit_hosts_file(self, add: bool) -> None:
-        marker = f"# mlps-simhosts {self.tag}"
+    def _edit_hosts_file(self, add: bool, tag: str | None = None) -> None:
+        marker = f"# mlps-simhosts {tag or self.tag}"
         fd = os.open(LOCK_DIR / "etc-hosts.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
