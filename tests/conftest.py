@@ -89,7 +89,11 @@ def isolated(tmp_path, monkeypatch):
     from mlpstorage_py.results.logs import setup_console
 
     setup_console()
+    # Ctrl-C reaches the test as KeyboardInterrupt even in a suite started from a background
+    # shell, which inherits SIGINT ignored (Python then leaves it ignored).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+    signal.signal(signal.SIGINT, inherited)
     code_image.own_tree_hash.cache_clear()
 
 
