@@ -44,20 +44,16 @@ def traced(enabled: bool, cache_dir: Path, output: Path) -> Iterator[None]:
     except TraceUnavailable as exc:
         raise TracingUnavailable(str(exc)) from None
     output.parent.mkdir(parents=True, exist_ok=True)
-    tracer = session.TraceSession(["127.0.0.1"], [str(cache_dir)], None, output.parent)
-    entered = False
-    try:
-        with tracer:
-            entered = True
-            yield
-    finally:
-        if entered:
-            record = tracer.record()
-            for host in record.get("hosts", {}).values():
-                for stream in host.get("streams") or []:
-                    if stream.get("pid") == os.getpid():
-                        stream["rank"] = 0  # this client
-            path = record_path(output)
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+
+    def keep(record: dict) -> None:
+        for host in record.get("hosts", {}).values():
+            for stream in host.get("streams") or []:
+                if stream.get("pid") == os.getpid():
+                    stream["rank"] = 0  # this client
+        path = record_path(output)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    with session.tracing(["127.0.0.1"], [str(cache_dir)], None, output.parent, keep):
+        yield

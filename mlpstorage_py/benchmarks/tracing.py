@@ -35,19 +35,14 @@ def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
 
     hosts, paths = traced_hosts(bench, plan), bench.traced_paths(plan)
     session.check(hosts, paths, None)
-    with bench.scratch() as work:
-        tracer = session.TraceSession(hosts, paths, None, work)
-        entered = False
-        try:
-            with tracer:
-                entered = True
-                yield
-        finally:
-            if entered:
-                record = mark_ranks(tracer.record(), leaf)
-                write_json(leaf / io_trace.FILE, record)
-                log.info(f"trace-io: {io_trace.FILE} written ({record.get('level')} level, "
-                         f"{len(record.get('hosts', {}))} host(s))")
+    def keep(record: dict[str, Any]) -> None:
+        record = mark_ranks(record, leaf)
+        write_json(leaf / io_trace.FILE, record)
+        log.info(f"trace-io: {io_trace.FILE} written ({record.get('level')} level, "
+                 f"{len(record.get('hosts', {}))} host(s))")
+
+    with bench.scratch() as work, session.tracing(hosts, paths, None, work, keep):
+        yield
 
 
 def rank_processes(leaf: Path) -> dict[tuple[str, int], int]:

@@ -15,6 +15,7 @@ and journal threads, other containers) is `unattributed`, taken from one tracer 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shlex
@@ -25,7 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable, Iterator
 
 from mlpstorage_py.errors import TraceUnavailable, TimeoutExpired
 from mlpstorage_py.launch.hostnames import host_name, is_local
@@ -314,3 +315,19 @@ class TraceSession:
             streams += part["streams"]
             names |= {n for n in tracer.collector.names.values() if n not in tracer.collector.traced}
         return {"devices": devices, "streams": streams, "hostnames": sorted(names), "why": WRITEBACK_WHY}
+
+
+@contextlib.contextmanager
+def tracing(hosts: list[str], data_paths: list[str], remote_shell: list[str] | None, workdir: Path,
+            keep: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """A TraceSession around the block; once its tracers started, `keep` gets the record on
+    every path (a block that raises still leaves its trace)."""
+    tracer = TraceSession(hosts, data_paths, remote_shell, workdir)
+    entered = False
+    try:
+        with tracer:
+            entered = True
+            yield
+    finally:
+        if entered:
+            keep(tracer.record())
