@@ -46,6 +46,7 @@ class _Content(NamedTuple):
     text: str | None  # as open(..., errors="replace") reads it: bad bytes replaced, newlines translated
     error: OSError | None  # why a file could not be read
     undecodable: UnicodeDecodeError | None  # what a strict UTF-8 read raises, when the bytes are not UTF-8
+    raw: bytes | None = None  # the bytes, where they are exactly text's UTF-8 (what orjson parses)
 
 
 # The caches are keyed by the path's string: the rules build a new Path for every file they
@@ -158,7 +159,11 @@ def visible(directory: Path) -> list[Entry]:
 def kind_of(path: Path) -> str | None:
     """DIR, FILE, LINK or OTHER, None when there is no such entry: below the package root as
     the parent's listing has it (no system call), elsewhere by lstat."""
-    key = str(path)
+    return _kind(str(path), path)
+
+
+def _kind(key: Key, path: Path) -> str | None:
+    """kind_of for a path whose string the caller has already made (it keys the caches too)."""
     if _below is not None and key.startswith(_below) and len(key) > len(_below):  # _below_root, inline: asked of every file
         parent, _, name = key.rpartition("/")
         listing = _listings.get(parent) or _listing(path.parent, parent)
@@ -191,13 +196,23 @@ def _decode(data: bytes) -> tuple[str, UnicodeDecodeError | None]:
     return text, problem
 
 
+_CHUNK = 1 << 16
+
+
 def _read_bytes(path: str | Path, limit: int | None = None) -> bytes:
-    """The file's bytes (at most `limit`), by descriptor: several times cheaper than open()."""
+    """The file's bytes (at most `limit`), by descriptor: several times cheaper than open().
+    Only regular files are read (their kind is checked first), and a regular file's read
+    returns less than asked only at its end, so a short first read is the whole file: most
+    records are, without a second read to find the end."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        chunks, size = [], 0
+        want = _CHUNK if limit is None else min(_CHUNK, limit)
+        chunk = os.read(fd, want)
+        if len(chunk) < want:
+            return chunk
+        chunks, size = [chunk], len(chunk)
         while limit is None or size < limit:
-            chunk = os.read(fd, 1 << 16 if limit is None else min(1 << 16, limit - size))
+            chunk = os.read(fd, _CHUNK if limit is None else min(_CHUNK, limit - size))
             if not chunk:
                 break
             chunks.append(chunk)
@@ -207,14 +222,14 @@ def _read_bytes(path: str | Path, limit: int | None = None) -> bytes:
     return b"".join(chunks)
 
 
-def _content(path: Path) -> _Content:
+def _content(key: Key) -> _Content:
     """A regular file's text, read once (the caller has checked its kind)."""
-    key = str(path)
     found = _contents.get(key)
     if found is None:
         try:
-            text, undecodable = _decode(_read_bytes(key))
-            found = _Content(text, None, undecodable)
+            data = _read_bytes(key)
+            text, undecodable = _decode(data)
+            found = _Content(text, None, undecodable, data if undecodable is None and b"\r" not in data else None)
         except OSError as exc:
             found = _Content(None, exc, None)
         _contents[key] = found
@@ -224,44 +239,51 @@ def _content(path: Path) -> _Content:
 def read_text(path: Path, limit: int | None = None) -> tuple[str | None, str | None]:
     """(text, None) or (None, why); symbolic links are refused. With `limit`, the first `limit`
     characters: a log may be large, so only its head is read and nothing is kept."""
-    what = kind_of(path)
+    text, problem, _ = _text(path, str(path), limit)
+    return text, problem
+
+
+def _text(path: Path, key: Key, limit: int | None = None) -> tuple[str | None, str | None, _Content | None]:
+    """read_text's answer, with the file's _Content where it was read whole."""
+    what = _kind(key, path)
     if what == LINK:
-        return None, f"{path.name} is a symbolic link (not followed)"
+        return None, f"{path.name} is a symbolic link (not followed)", None
     if what != FILE:
-        return None, f"{path.name} is missing"
-    if limit is not None and str(path) not in _contents:
+        return None, f"{path.name} is missing", None
+    if limit is not None and key not in _contents:
         try:
             # Every character takes at most 4 bytes, so 4 * limit + 1 bytes decode to at least
             # `limit` whole characters; a character cut at the end lies beyond them.
-            return _decode(_read_bytes(path, 4 * limit + 1))[0][:limit], None
+            return _decode(_read_bytes(key, 4 * limit + 1))[0][:limit], None, None
         except OSError as exc:
-            return None, f"{path.name} cannot be read: {exc.strerror or exc}"
-    content = _content(path)
+            return None, f"{path.name} cannot be read: {exc.strerror or exc}", None
+    content = _content(key)
     if content.error is not None:
-        return None, f"{path.name} cannot be read: {content.error.strerror or content.error}"
-    return content.text if limit is None else content.text[:limit], None
+        return None, f"{path.name} cannot be read: {content.error.strerror or content.error}", None
+    return content.text if limit is None else content.text[:limit], None, content
 
 
-def _strict_text(path: Path) -> tuple[str | None, str | None]:
-    """(text, None) as a strict UTF-8 read gives it, or (None, "<name>: <the error it raises>")."""
-    what = kind_of(path)
+def _strict_text(path: Path, key: Key) -> tuple[_Content | None, str | None]:
+    """(content, None) when a strict UTF-8 read gives the text, or (None, "<name>: <the error it raises>")."""
+    what = _kind(key, path)
     if what in (LINK, OTHER):
         return None, f"{path.name} is a {what} (not read)"
     if what != FILE:  # the error open() raises
         code = errno.EISDIR if what == DIR else errno.ENOENT
-        return None, f"{path.name}: {OSError(code, os.strerror(code), str(path))}"
-    content = _content(path)
+        return None, f"{path.name}: {OSError(code, os.strerror(code), key)}"
+    content = _content(key)
     error = content.error or content.undecodable
-    return (None, f"{path.name}: {error}") if error is not None else (content.text, None)
+    return (None, f"{path.name}: {error}") if error is not None else (content, None)
 
 
 def strict_text(path: Path) -> str | None:
     """A regular file's text, None for anything else or a file that cannot be read; bytes that
     are not UTF-8 come back replaced (U+FFFD), so the text never parses as a well-formed record
     and the rule reading it reports it, rather than crashing."""
-    if kind_of(path) != FILE:
+    key = str(path)
+    if _kind(key, path) != FILE:
         return None
-    return _content(path).text
+    return _content(key).text
 
 
 # orjson parses JSON several times faster than json, to the same values, except that it reads an
@@ -274,10 +296,12 @@ _LONG_NUMBER = b"0" * 19
 _MOST_BRACKETS = 400
 
 
-def _json_loads(text: str) -> Any:
-    """json.loads(text), by orjson where it gives the same value."""
+def _json_loads(text: str, raw: bytes | None = None) -> Any:
+    """json.loads(text), by orjson where it gives the same value; `raw`, when given, is text's
+    UTF-8 (the file's bytes), which spares encoding it again."""
     if orjson is not None:
-        raw = text.encode("utf-8", "surrogatepass")  # a lone surrogate makes it invalid: json decides
+        if raw is None:
+            raw = text.encode("utf-8", "surrogatepass")  # a lone surrogate makes it invalid: json decides
         sketch = raw.translate(_SKETCH)
         if _LONG_NUMBER not in sketch and sketch.count(b"[") < _MOST_BRACKETS:
             try:
@@ -287,12 +311,12 @@ def _json_loads(text: str) -> Any:
     return json.loads(text)
 
 
-def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
-    key = str(path)
+def _parsed_json(key: Key, content: _Content, text: str) -> tuple[Any, ValueError | None]:
+    """The file's JSON value or the error json gives for `text` (its text as read, strictly or not)."""
     found = _json.get(key)
     if found is None:
         try:
-            found = _json_loads(text), None
+            found = _json_loads(text, content.raw if content.text is text else None), None
         except ValueError as exc:
             found = None, exc
         except RecursionError:  # nesting deeper than the parser goes: as malformed as a syntax error
@@ -303,29 +327,32 @@ def _parsed_json(path: Path, text: str) -> tuple[Any, ValueError | None]:
 
 def load_json(path: Path) -> tuple[Any, str | None]:
     """(data, None) or (None, why the file is missing, linked, unreadable or not JSON)."""
-    text, problem = read_text(path)
+    key = str(path)
+    text, problem, content = _text(path, key)
     if problem:
         return None, problem
-    data, exc = _parsed_json(path, text)
+    data, exc = _parsed_json(key, content, text)
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
 
 
 def load_strict_json(path: Path) -> tuple[Any, str | None]:
     """(data, None) or (None, why): as load_json, but text that is not UTF-8 is a problem too
     (a record must be read as written, not with its bytes replaced)."""
-    text, problem = _strict_text(path)
+    key = str(path)
+    content, problem = _strict_text(path, key)
     if problem:
         return None, problem
-    data, exc = _parsed_json(path, text)
+    data, exc = _parsed_json(key, content, content.text)
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
 
 
 def _or_unreadable(path: Path, parse: Any) -> Any:
     """Parsed data, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
-    text, problem = _strict_text(path)
+    key = str(path)
+    content, problem = _strict_text(path, key)
     if problem:
         return {UNREADABLE: problem}
-    data, exc = parse(path, text)
+    data, exc = parse(key, content, content.text)
     return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
 
 
@@ -412,8 +439,7 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
         loader.dispose()
 
 
-def _parsed_yaml(path: Path, text: str) -> tuple[Any, yaml.YAMLError | None]:
-    key = str(path)
+def _parsed_yaml(key: Key, _: _Content | None, text: str) -> tuple[Any, yaml.YAMLError | None]:
     found = _yaml.get(key)
     if found is None:
         try:
@@ -433,10 +459,11 @@ def _yaml_problem(path: Path, exc: yaml.YAMLError) -> str:
 
 def load_yaml(path: Path) -> tuple[Any, str | None]:
     """(data, None) or (None, why the file is missing, linked, unreadable or not YAML)."""
-    text, problem = read_text(path)
+    key = str(path)
+    text, problem, content = _text(path, key)
     if problem:
         return None, problem
-    data, exc = _parsed_yaml(path, text)
+    data, exc = _parsed_yaml(key, content, text)
     return (None, _yaml_problem(path, exc)) if exc else (data, None)
 
 

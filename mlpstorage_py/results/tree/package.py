@@ -54,18 +54,18 @@ class Record:
 
 def read_object(path: Path) -> Record:
     """A JSON file that must hold an object, read through the tree's one reading."""
-    name, kind = path.name, files.kind_of(path)
+    kind = files.kind_of(path)
     if kind is None:
-        return Record(None, f"{name} is missing", None)
+        return Record(None, f"{path.name} is missing", None)
     if kind == files.LINK:
-        return Record(None, f"{name} is a symbolic link (not followed)", path, kind)
+        return Record(None, f"{path.name} is a symbolic link (not followed)", path, kind)
     if kind != files.FILE:
-        return Record(None, f"{name} is a {kind}, not a file", path, kind)
+        return Record(None, f"{path.name} is a {kind}, not a file", path, kind)
     data, problem = files.load_strict_json(path)
     if problem:
         return Record(None, problem, path, kind)
     if not isinstance(data, dict):
-        return Record(None, f"{name} is not a JSON object", path, kind)
+        return Record(None, f"{path.name} is not a JSON object", path, kind)
     return Record(data, None, path, kind)
 
 
