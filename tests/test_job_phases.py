@@ -36,10 +36,12 @@ def test_the_report_line_is_parsed_behind_a_launcher_tag_and_refused_when_malfor
 
 
 def test_the_kv_wrapper_prints_the_launchers_line():
-    """mlperf_wrapper.py runs without mlpstorage installed, so it spells the tag itself."""
+    """mlperf_wrapper.py runs without mlpstorage installed, so it spells the tag and the
+    tracer's work mark itself."""
     import mlperf_wrapper
 
     assert mlperf_wrapper.STARTED_TAG == heartbeat.TAG
+    assert mlperf_wrapper.WORK_MARK == heartbeat.WORK_MARK
 
 
 def test_a_rank_prints_its_report_with_rank_host_and_pid(capfd, monkeypatch):

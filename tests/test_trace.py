@@ -22,6 +22,7 @@ import pytest
 from faults import pids_matching
 
 from mlpstorage_py.errors import TraceUnavailable
+from mlpstorage_py.launch import heartbeat
 from mlpstorage_py.trace import devices
 from mlpstorage_py.trace.session import TraceSession, check
 
@@ -53,6 +54,22 @@ for line in sys.stdin:
             total += got
         os.close(fd)
         print("done", total, flush=True)
+    elif cmd == "mark":  # the run's work starts here (launch/heartbeat.mark_work)
+        try:
+            os.getpgid(int(args[0]))
+        except OSError:
+            pass
+        print("done", 0, flush=True)
+    elif cmd == "fork":  # fork PATH MIB: a forked child writes (O_DIRECT) and says its pid
+        child = os.fork()
+        if child == 0:
+            fd = os.open(args[0], os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+            for _ in range(int(args[1])):
+                os.write(fd, buf)
+            os.fsync(fd)
+            os._exit(0)
+        os.waitpid(child, 0)
+        print("done", child, flush=True)
 """
 
 
@@ -163,6 +180,33 @@ def test_block_trace_of_a_direct_write_and_a_cold_read(tmp_path, worker):
         assert 0 < device[op]["p50_us"] <= device[op]["p95_us"] <= device[op]["p99_us"]
     assert device["queue_depth"] and 0 <= device["read_share_bytes"] <= 1
     assert not ours(tmp_path)
+
+
+def test_the_work_mark_starts_a_stream_and_passes_to_forks(tmp_path, worker):
+    """A process's I/O before heartbeat.mark_work and after it are two streams, only the second
+    marked as the run's work; a child it forks after the mark is the run's too. Each op of a
+    stream says when its requests were first and last issued: the writes before the cold read."""
+    require_tracing()
+    folder, disk = block_dir(tmp_path)
+    for name in ("before", "after"):
+        worker.do("write", folder / name, 4, 1)  # allocated before the trace, as in the test above
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+        before = worker.do("write", folder / "before", 4, 1)
+        worker.do("mark", heartbeat.WORK_MARK)
+        after = worker.do("write", folder / "after", 4, 1)
+        child = worker.do("fork", folder / "child", 2)
+        cold(folder / "after")
+        read = worker.do("read", folder / "after")
+    host = session.record()["hosts"]["127.0.0.1"]
+    (start,) = [s for s in host["streams"] if s["pid"] == worker.pid and s["device"] == disk and not s["work"]]
+    (work,) = [s for s in host["streams"] if s["pid"] == worker.pid and s["device"] == disk and s["work"]]
+    (forked,) = [s for s in host["streams"] if s["pid"] == child and s["device"] == disk]
+    assert near(start["ops"]["write"]["bytes"], before), start
+    assert near(work["ops"]["write"]["bytes"], after) and near(work["ops"]["read"]["bytes"], read), work
+    assert forked["work"] and near(forked["ops"]["write"]["bytes"], 2 * MIB), forked
+    write, got = work["ops"]["write"], work["ops"]["read"]
+    assert start["ops"]["write"]["last_s"] <= write["first_s"] <= write["last_s"] < got["first_s"] <= got["last_s"]
+    assert write["in_flight"] > 0 and got["in_flight"] > 0
 
 
 def test_vfs_fallback_on_tmpfs(other_fs_dir, tmp_path, worker):

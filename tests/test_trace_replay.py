@@ -216,6 +216,92 @@ def test_replay_on_named_hosts_runs_each_traced_hosts_jobs(cli, tmp_path):
     assert wrong.rc == 2 and "--hosts names 2 host(s)" in wrong.err
 
 
+def windowed(stream: dict[str, Any], **windows: tuple[float, float]) -> dict[str, Any]:
+    """The stream with first/last issue times (s) per op, and its ops' in-flight means."""
+    for name, (first, last) in windows.items():
+        stream["ops"][name].update(first_s=first, last_s=last, in_flight=2.0)
+    return stream
+
+
+def checkpoint_like() -> dict[str, Any]:
+    """Two ranks that each wrote 16 MiB (0.1-2 s), then, after a cache drop, read it back
+    (3-5 s); rank 1's interpreter read 2 MiB of imports before it marked its work; the
+    launcher read 1 MiB."""
+    def rank(pid: int) -> dict[str, Any]:
+        stream = seq_write(pid, 16)
+        stream["ops"]["read"] = op(16, {MIB: 16}, 1.0)
+        stream["work"] = True
+        return windowed(stream, write=(0.1, 2.0), flush=(2.0, 2.0), read=(3.0, 5.0))
+    imports = windowed({"pid": 101, "comm": "python3", "device": "vda", "work": False, "in_flight_mean": 1.0,
+                        "ops": {"read": op(2, {MIB: 2}, 0.5)}}, read=(0.0, 0.05))
+    launcher = windowed({"pid": 99, "comm": "prterun", "device": "vda", "work": False, "in_flight_mean": 1.0,
+                         "ops": {"read": op(1, {MIB: 1}, 1.0)}}, read=(0.0, 0.0))
+    return trace([rank(100), rank(101), imports, launcher], duration_s=6.0)
+
+
+@needs_fio
+def test_a_write_then_read_run_replays_in_two_phases_on_one_file_per_stream(tmp_path):
+    """Each rank's writes and reads came at different times: a write job and a read job per rank
+    on one file, the reads a phase of their own behind a stonewall; the imports before the mark
+    and the launcher's I/O are not the run's work and are left out, which the header says."""
+    text = replay.distill(checkpoint_like(), {"args": {}})
+    path = tmp_path / "replay.fio"
+    path.write_text(text)
+    done = subprocess.run([FIO, "--parse-only", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    names = [line[1:-1] for line in text.splitlines() if line.startswith("[") and line != "[global]"]
+    assert names == ["h0-python3-100-vda-write", "h0-python3-101-vda-write", "h0-python3-100-vda-read",
+                     "h0-python3-101-vda-read"]
+    body = text.split("[h0-python3-100-vda-read]")[1].split("\n\n")[0]
+    assert "stonewall" in body and "stonewall" not in text.split("[h0-python3-100-vda-read]")[0].split("[global]")[1]
+    jobs = sections(text)
+    write, read = jobs["h0-python3-100-vda-write"], jobs["h0-python3-100-vda-read"]
+    assert write["filename"] == read["filename"] == "h0-python3-100-vda.dat"
+    assert (write["rw"], write["size"], write["end_fsync"], read["rw"], read["size"]) == ("write", "16m", "1", "read", "16m")
+    assert "end_fsync" not in read and (write["iodepth"], read["iodepth"]) == ("2", "2")
+    assert "in 2 phases" in text
+    assert "left out: 2 stream(s) that are not the run's work (3145728 B" in text
+
+
+def test_overlapping_reads_and_writes_stay_one_mixed_job():
+    """A KV-like stream reads and writes throughout: one readwrite job, one phase, no stonewall."""
+    stream = windowed({**mixed(), "work": True}, read=(0.2, 9.0), write=(0.1, 9.5), flush=(0.5, 9.5))
+    text = replay.distill(trace([stream]), None)
+    assert [n for n in sections(text) if n != "global"] == ["h0-kv_worker-102-vda"]
+    assert "stonewall" not in text and "phases" not in text
+    assert sections(text)["h0-kv_worker-102-vda"]["rw"] == "readwrite"
+
+
+def test_the_runs_figures_count_the_time_its_requests_were_issued():
+    """The original's MiB/s: each direction's bytes over the union of the kept streams' windows
+    of it (32 MiB written in 1.9 s, read in 2 s), not over the whole trace (6 s)."""
+    from mlpstorage_py.trace.replay_run import busy_seconds, original
+
+    assert busy_seconds([(0.0, 1.0), (0.5, 2.0), (3.0, 4.0), (3.5, 3.6)]) == 3.0
+    figures = original(checkpoint_like(), {"args": {}})
+    assert figures["write"]["bytes"] == 32 * MIB and figures["write"]["mib_s"] == round(32 / 1.9, 2)
+    assert figures["read"]["mib_s"] == 16.0
+
+
+@needs_fio
+def test_a_phased_replay_reads_back_what_it_wrote(cli, tmp_path):
+    """Run for real: the read jobs read the write jobs' files (no other file is made), and each
+    direction's time is its own phase's."""
+    leaf = make_leaf(tmp_path / "leaf", checkpoint_like())
+    target = tmp_path / "target"
+    target.mkdir()
+    result = cli("replay", leaf, "--directory", target)
+    assert result.rc == 0, result.err
+    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-100-vda.dat", "h0-python3-101-vda.dat"]
+    record = json.loads(next(leaf.glob("replay_*.json")).read_text())
+    assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (32 * MIB, 32 * MIB)
+    rows = {row["job"]: row for row in record["jobs"]}
+    writes = max(rows[f"h0-python3-{p}-vda-write"]["runtime_s"] for p in (100, 101))
+    reads = max(rows[f"h0-python3-{p}-vda-read"]["runtime_s"] for p in (100, 101))
+    assert record["replay"]["write"]["mib_s"] == round(32 / writes, 2)
+    assert record["replay"]["read"]["mib_s"] == round(32 / reads, 2)
+
+
 def bad(root: Path, case: str) -> Path:
     """A leaf argument that is wrong in the named way."""
     if case == "missing":

@@ -119,6 +119,11 @@ class Benchmark(abc.ABC):
         uri = self.request.arg("data_dir") or self.request.arg("checkpoint_folder")
         return [str(uri)] if uri else []
 
+    def works_in_process(self, plan: Plan) -> bool:
+        """Whether mlpstorage's own process does the work's I/O (an embedded database): --trace-io
+        then marks it as the run's work (launch/heartbeat.mark_work), as each rank marks itself."""
+        return False
+
     def gate_hosts(self, plan: Plan) -> None:
         """Gates that need the measured client hosts (plan.client_hosts); run inside the leaf."""
 

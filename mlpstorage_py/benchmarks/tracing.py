@@ -42,6 +42,8 @@ def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
                  f"{len(record.get('hosts', {}))} host(s))")
 
     with bench.scratch() as work, session.tracing(hosts, paths, None, work, keep):
+        if bench.works_in_process(plan):
+            heartbeat.mark_work()
         yield
 
 

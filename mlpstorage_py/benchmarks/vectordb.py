@@ -94,6 +94,11 @@ class VectorDBBenchmark(Benchmark):
         self.identity = {"name": "pymilvus", "version": pymilvus, "origin": origin,
                          "path": list(spec.submodule_search_locations or ["unknown"])[0] if spec else "unknown"}
 
+
+    def works_in_process(self, plan: Plan) -> bool:
+        """Milvus Lite is embedded: its reads and writes are this process's."""
+        return not (self.request.arg("host") or self.request.arg("port"))
+
     def leaf_tail(self) -> Path:
         req = self.request
         return layout.leaf_tail("vector_database", engine=req.arg("vdb_engine", "milvus"), model=req.model, command=req.command)

@@ -16,12 +16,26 @@ deadline, and a hung one (an ssh that never answers, a rank stuck in an import) 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 TAG = "MLPS-RANK-STARTED"
+# A process id the kernel never hands out (pid_max is at most 2**22): getpgid() of it is the
+# mark an I/O tracer (trace/bpf.py) watches for; it fails at once with ESRCH.
+WORK_MARK = 0x7FFFFF00
+
+
+def mark_work() -> None:
+    """Tell an I/O tracer that from here on this process, and what it forks, does the run's
+    work: its imports and start-up before the mark are kept apart from the workload that
+    replay.fio reproduces. Costs one failing system call when nothing traces."""
+    try:
+        os.getpgid(WORK_MARK)
+    except OSError:
+        pass
 
 
 def started_line(rank: int, host: str, pid: int) -> str:

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from mlpstorage_py.launch.heartbeat import started_line
+from mlpstorage_py.launch.heartbeat import mark_work, started_line
 
 PR_SET_PDEATHSIG = 1
 LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
@@ -47,7 +47,9 @@ def env_rank() -> int:
 
 def report_started(rank: int | None = None) -> None:
     """One line on stdout: this rank has started (interpreter, imports, MPI). A launcher that is
-    gone leaves the pipe without a reader: then the rank ends here instead of working for nobody."""
+    gone leaves the pipe without a reader: then the rank ends here instead of working for nobody.
+    The rank's work starts here for an I/O tracer too (heartbeat.mark_work)."""
+    mark_work()
     try:
         print(started_line(env_rank() if rank is None else rank, socket.gethostname(), os.getpid()), flush=True)
     except BrokenPipeError:

@@ -23,8 +23,11 @@ bound (a power of two, as a decimal string): count}:
              "queue_depth": [[t_s, in_flight], ...],
              "read_share_bytes": 0.0-1.0}},
          "streams": [{"pid": n, "comm": "...", "device": "<name>", "kernel_thread": false,
-                      "ops": {"read"|"write"|"flush": {same as above, no percentiles needed}},
-                      "in_flight_mean": x}]}},
+                      "work": true,           # issued after the process marked the run's work
+                      "ops": {"read"|"write"|"flush": {same as above, no percentiles needed,
+                                                       "first_s": t, "last_s": t,  # first/last issue
+                                                       "in_flight": x}},  # mean while issuing
+                      "in_flight_mean": x}]}},   # mean over the whole trace
      "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
                                    # I/O no client host issued (writeback)
 
@@ -38,8 +41,12 @@ its device names prefixed `<host entry>:` when the hosts run more than one kerne
 
 A stream is one issuing process on one device: what `replay.fio` turns into one fio job. A
 kernel thread's stream (kernel_thread: kworker writeback, a journal) is the kernel's own I/O. A
-stream that one of the run's ranks issued carries `"rank": r` (benchmarks/tracing.py, from the
-ranks' start-up lines); where any does, replay.fio keeps only those.
+process's I/O from the moment it marked the run's work (launch/heartbeat.mark_work: a rank once
+its imports are done, mlpstorage itself for an embedded database; what either forks after) is a
+stream of its own with `"work": true`; where any is, replay.fio keeps only those. A stream that
+one of the run's ranks issued carries `"rank": r` (benchmarks/tracing.py, from the ranks'
+start-up lines). first_s/last_s are seconds from the tracer's start (a process's window, shared
+by its threads' streams), null without requests.
 """
 
 from __future__ import annotations

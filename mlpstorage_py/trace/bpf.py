@@ -18,29 +18,39 @@ Nothing counts until the sampler's first tick (`@go`, READY_MARK): bpftrace prin
 N probes" before it attaches them one by one, in the program's order, the sampler last; a
 request issued before its completion probe was attached would stay in flight for ever.
 
+The run's work (launch/heartbeat.mark_work): a process that calls getpgid(WORK_MARK) is the
+run's from then on, and so is what it forks; an exec ends it (a launcher, a shell: a rank marks
+itself once its imports are done). Its I/O from the mark on is a stream of its own, flagged in
+the owner, so replay.fio keeps the workload apart from imports, launchers and other work.
+
 Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
-per process and device) and `owner,dev,comm` for a stream's busy time, where owner packs the
-namespace, the kernel-thread flag and the pid into one number (one map value, so a request's
-owner is never half written).
+per process and device, the busy time too) and `owner,dev,op` for when
+a process's requests of one op were first and last issued (ms of the tracer's clock; a window
+per process, not per thread name), where owner packs the namespace, the kernel-thread flag, the
+work flag and the pid into one number (one map value, so a request's owner is never half written).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlpstorage_py.launch.heartbeat import WORK_MARK
+
 SAMPLE_MS = 100
-# owner = uts namespace inum << 32 | PF_KTHREAD (0x00200000) << 10 (bit 31) | pid (< 2**22)
+# owner = uts namespace inum << 32 | PF_KTHREAD (0x00200000) << 10 (bit 31) | work (bit 30) | pid (< 2**22)
 KTHREAD_BIT = 1 << 31
+WORK_BIT = 1 << 30
+PID_MASK = (1 << 22) - 1
 END_MARK = "end"
 # op numbers in the maps: the index into results.io_trace.OPS (read, write, flush)
 READ, WRITE, FLUSH = 0, 1, 2
 
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
-RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy")
+RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast")
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
-_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send")
-_VFS_HELPERS = ("@vt", "@vop", "@vdev", "@vpos", "@vino", "@end", "@vend_ino", "@send", "@sino")
+_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work")
+_VFS_HELPERS = ("@vt", "@vop", "@vdev", "@vpos", "@vino", "@end", "@vend_ino", "@send", "@sino", "@work")
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,14 @@ class Target:
 
 NS = "(uint64)curtask->nsproxy->uts_ns->ns.inum"
 NAME_UTS = f"@uts[{NS}] = curtask->nsproxy->uts_ns->name.nodename;"
-OWNER = f"(({NS} << 32) | (((uint64)curtask->flags & 0x00200000) << 10) | (uint64)pid)"
+OWNER = f"(({NS} << 32) | (((uint64)curtask->flags & 0x00200000) << 10) | ((uint64)@work[pid] << 30) | (uint64)pid)"
+WINDOW = "@sfirst[$own, $dev, $op] = min(elapsed / 1000000); @slast[$own, $dev, $op] = max(elapsed / 1000000);"
+MARKS = f"""
+tracepoint:syscalls:sys_enter_getpgid /args->pid == {WORK_MARK}/ {{ @work[pid] = 1; }}
+tracepoint:sched:sched_process_fork /@work[pid]/ {{ @work[args->child_pid] = 1; }}
+tracepoint:sched:sched_process_exec /@work[pid]/ {{ delete(@work[pid]); }}
+tracepoint:sched:sched_process_exit /@work[tid]/ {{ delete(@work[tid]); }}
+"""
 RQ = "(uint64)args->dev, args->sector"
 
 
@@ -113,7 +130,7 @@ tracepoint:block:block_rq_issue /{only}/ {{
     else {{
       @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum(args->bytes); @sz[$ns, $dev, $op] = hist(args->bytes);
       @srq[$own, $dev, $op, $comm] = count(); @sby[$own, $dev, $op, $comm] = sum(args->bytes);
-      @ssz[$own, $dev, $op, $comm] = hist(args->bytes);
+      @ssz[$own, $dev, $op, $comm] = hist(args->bytes); {WINDOW}
     }}
   }}
 }}
@@ -127,7 +144,7 @@ tracepoint:block:block_rq_complete /{only}/ {{
   if (@t0[{RQ}]) {{
     $own = @own[{RQ}]; $lat = (nsecs - @t0[{RQ}]) / 1000;
     @lat[$own >> 32, (uint64)args->dev, @top[{RQ}]] = hist($lat);
-    @sbusy[$own, (uint64)args->dev, @own_comm[{RQ}]] = sum($lat);
+    @sbusy[$own, (uint64)args->dev, @top[{RQ}], @own_comm[{RQ}]] = sum($lat);
     @qd[$own >> 32, (uint64)args->dev] = count();
     delete(@t0[{RQ}]); delete(@top[{RQ}]);
   }}
@@ -168,7 +185,7 @@ tracepoint:syscalls:sys_enter_{call} /@go/ {{
     @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum($n); @sz[$ns, $dev, $op] = hist($n);
     @lat[$ns, $dev, $op] = hist($lat);
     @srq[$own, $dev, $op, comm] = count(); @sby[$own, $dev, $op, comm] = sum($n); @ssz[$own, $dev, $op, comm] = hist($n);
-    @sbusy[$own, $dev, comm] = sum($lat);
+    @sbusy[$own, $dev, $op, comm] = sum($lat); {WINDOW}
     if ($op != {FLUSH}) {{
       if (@vend_ino[$ns, $dev, $op] == $ino && @end[$ns, $dev, $op] == $pos) {{ @seq[$ns, $dev, $op] = count(); }}
       @end[$ns, $dev, $op] = $pos + $n; @vend_ino[$ns, $dev, $op] = $ino;
@@ -189,7 +206,7 @@ def program(targets: list[Target]) -> str:
     prints = " ".join(f"print({m});" for m in RESULT_MAPS)
     clears = " ".join(f"clear({m});" for m in RESULT_MAPS + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
     sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
-    return ((_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
+    return (MARKS + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
 interval:ms:{SAMPLE_MS} {{
   if (@go == 0) {{ @go = 1; printf("{READY_MARK} %llu\\n", elapsed / 1000000); }}
   else {{ printf("%llu\\n", elapsed / 1000000); {sampled} }}

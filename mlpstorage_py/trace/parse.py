@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlpstorage_py.results.io_trace import OPS, percentile
-from mlpstorage_py.trace.bpf import END_MARK, KTHREAD_BIT, READY_MARK, Target
+from mlpstorage_py.trace.bpf import END_MARK, KTHREAD_BIT, PID_MASK, READY_MARK, WORK_BIT, Target
 
 MAX_POINTS = 2000
 U64 = (1 << 64) - 1
@@ -65,14 +65,10 @@ def _ints(key: str, parts: int) -> tuple[int, ...]:
     return tuple(int(x) & U64 for x in key.split(",", parts - 1))
 
 
-def _stream_key(key: str, with_op: bool) -> tuple[int, int, int, str]:
-    """(owner, dev, op, comm) from `owner,dev,op,comm` or `owner,dev,comm` (op -1): the comm is
-    last, and may itself hold commas."""
-    if with_op:
-        owner, dev, op, comm = key.split(",", 3)
-        return int(owner) & U64, int(dev), int(op), comm
-    owner, dev, comm = key.split(",", 2)
-    return int(owner) & U64, int(dev), -1, comm
+def _stream_key(key: str) -> tuple[int, int, int, str]:
+    """(owner, dev, op, comm) from `owner,dev,op,comm`: the comm is last, and may itself hold commas."""
+    owner, dev, op, comm = key.split(",", 3)
+    return int(owner) & U64, int(dev), int(op), comm
 
 
 def _hist(buckets: list[dict[str, int]]) -> dict[str, int]:
@@ -210,7 +206,7 @@ class Collector:
         found: dict[tuple[int, int, str], dict[str, Any]] = {}
         for name, field in (("@srq", "requests"), ("@sby", "bytes"), ("@sseq", "sequential"), ("@ssz", "size_hist")):
             for key, value in self.maps.get(name, {}).items():
-                owner, dev, op, comm = _stream_key(key, with_op=True)
+                owner, dev, op, comm = _stream_key(key)
                 if not pick(owner >> 32) or dev not in devices or not 0 <= op < len(OPS):
                     continue
                 stream = found.setdefault((owner, dev, comm), _stream(owner, comm, prefix + devices[dev].name))
@@ -219,23 +215,35 @@ class Collector:
                     _add_hist(entry["size_hist"], _hist(value))
                 else:
                     entry[field] += int(value)
-        busy: dict[tuple[int, int, str], int] = {}
+        busy: dict[tuple[int, int, int, str], int] = {}
         for key, value in self.maps.get("@sbusy", {}).items():
-            owner, dev, _, comm = _stream_key(key, with_op=False)
-            busy[(owner, dev, comm)] = busy.get((owner, dev, comm), 0) + int(value)
+            owner, dev, op, comm = _stream_key(key)
+            busy[(owner, dev, op, comm)] = busy.get((owner, dev, op, comm), 0) + int(value)
+        first, last = self._window("@sfirst"), self._window("@slast")
         out = []
-        for key, stream in found.items():
+        for (owner, dev, comm), stream in found.items():
             for i, op in enumerate(OPS):
                 entry = stream["ops"][op]
                 entry["size_hist"] = dict(sorted(entry["size_hist"].items(), key=_low))
                 entry["sequential_share"] = _share(entry.pop("sequential"), entry["requests"], i)
-            stream["in_flight_mean"] = round(busy.get(key, 0) / (span_s * 1e6), 4) if span_s > 0 else None
+                window = (first.get((owner, dev, i)), last.get((owner, dev, i)))
+                entry["first_s"], entry["last_s"] = window if entry["requests"] and None not in window else (None, None)
+                active = entry["last_s"] - entry["first_s"] if entry["first_s"] is not None else 0.0
+                busy_us = busy.get((owner, dev, i, comm), 0)
+                entry["in_flight"] = round(busy_us / (active * 1e6), 4) if active > 0 else None
+            total_us = sum(busy.get((owner, dev, i, comm), 0) for i in range(len(OPS)))
+            stream["in_flight_mean"] = round(total_us / (span_s * 1e6), 4) if span_s > 0 else None
             out.append(stream)
         return sorted(out, key=lambda s: -sum(e["bytes"] for e in s["ops"].values()))
 
+    def _window(self, name: str) -> dict[tuple[int, int, int], float]:
+        """(owner, dev, op) -> seconds since the tracer started counting, from a min/max map."""
+        return {_ints(key, 3): round((int(value) - self._t0_ms) / 1000, 3) for key, value in self.maps.get(name, {}).items()}
+
 
 def _stream(owner: int, comm: str, device: str) -> dict[str, Any]:
-    return {"pid": owner & (KTHREAD_BIT - 1), "comm": comm, "device": device, "kernel_thread": bool(owner & KTHREAD_BIT),
+    return {"pid": owner & PID_MASK, "comm": comm, "device": device, "kernel_thread": bool(owner & KTHREAD_BIT),
+            "work": bool(owner & WORK_BIT),
             "ops": {op: {"requests": 0, "bytes": 0, "size_hist": {}, "sequential": 0} for op in OPS}}
 
 

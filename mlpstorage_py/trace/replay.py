@@ -10,8 +10,17 @@ How each field is derived (ManPage.md, `replay`, says the same):
   used O_DIRECT (its metadata says so), else psync buffered;
 - size: the stream's bytes; fsync=N when flushes were frequent (N writes per flush), else
   end_fsync=1 when any flush was seen.
-A stream is one process on one device. Kernel threads' streams (writeback, a journal) and
-streams with under TRIVIAL_SHARE of the traced bytes are left out, and the header says so.
+A stream is one process on one device. Only the run's work is kept: the streams of processes
+that marked themselves as the run's (launch/heartbeat.mark_work: each rank once its imports are
+done, and what it forks), in older traces the ranks' streams; kernel threads' streams
+(writeback, a journal) and streams with under TRIVIAL_SHARE of the traced bytes are left out
+too, and the header says so.
+
+Phases: a stream whose writes all came before its reads (or after) is two jobs on one file, a
+write job and a read job; jobs whose first-to-last request windows overlap run together, and
+each later group waits for the one before (`stonewall`), as a checkpoint's writes, cache drop
+and reads did. fio invalidates a file's page cache before a job reads it (its default), so a
+read job after a write job reads from the device.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.results import io_trace
@@ -49,6 +58,21 @@ class Job:
     read_bytes: int = 0
     write_bytes: int = 0
     comment: list[str] = field(default_factory=list)
+    phase: int = 0
+
+
+@dataclass
+class Part:
+    """What becomes one job: a stream, or one direction of it (`op`), and when its requests
+    were issued (seconds of the trace; None in a trace without windows)."""
+
+    index: int
+    host: str
+    record: dict[str, Any]
+    stream: dict[str, Any]
+    op: str | None = None
+    start: float | None = None
+    end: float | None = None
 
 
 def size_text(n: int) -> str:
@@ -127,33 +151,77 @@ def stream_bytes(stream: dict[str, Any]) -> int:
     return _bytes(ops.get("read")) + _bytes(ops.get("write"))
 
 
+def kept(trace: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
+    """Which streams are the run's work: those marked so where any is, else the ranks' where
+    any is known, else every process's; never a kernel thread's."""
+    every = [s for *_, s in streams(trace)]
+    if any(s.get("work") for s in every):
+        return lambda s: bool(s.get("work")) and not s.get("kernel_thread")
+    if any("rank" in s for s in every):
+        return lambda s: "rank" in s and not s.get("kernel_thread")
+    return lambda s: not s.get("kernel_thread")
+
+
 def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[Job], list[dict[str, Any]]]:
-    """The trace's jobs and the streams left out: trivial ones, kernel threads' (writeback, a
-    journal: the kernel's own I/O, which a buffered replay makes again by itself) and, where the
-    run's ranks are known (a stream's `rank`), every other process's (mlpstorage itself, other
+    """The trace's jobs in phase order, and the streams left out: trivial ones, kernel threads'
+    (writeback, a journal: the kernel's own I/O, which a buffered replay makes again by itself)
+    and what is not the run's work (imports and start-up, launchers, mlpstorage's own I/O, other
     work on a busy head node)."""
     check_level(trace)
     direct = direct_io(metadata)
-    ranked = any("rank" in s for *_, s in streams(trace))
-    every = [(i, h, r, s) for i, h, r, s in streams(trace) if not s.get("kernel_thread") and (not ranked or "rank" in s)]
+    wanted = kept(trace)
+    every = [(i, h, r, s) for i, h, r, s in streams(trace) if wanted(s)]
     total = sum(stream_bytes(s) for *_, s in every)
-    made: list[Job] = []
-    left = [s for *_, s in streams(trace) if s.get("kernel_thread") or (ranked and "rank" not in s)]
+    left = [s for *_, s in streams(trace) if not wanted(s)]
+    parts: list[Part] = []
     for index, host, record, stream in every:
         if stream_bytes(stream) == 0 or stream_bytes(stream) < TRIVIAL_SHARE * total:
             left.append(stream)
             continue
-        made.append(_job(index, host, record, stream, direct))
-    return made, left
+        parts += split(Part(index, host, record, stream))
+    phases = phase_of(parts)
+    made = [_job(part, direct, phases[id(part)]) for part in parts]
+    return sorted(made, key=lambda job: job.phase), left
 
 
-def _job(index: int, host: str, record: dict[str, Any], stream: dict[str, Any], direct: bool) -> Job:
-    """One stream's job: the rules of the module docstring."""
-    ops = stream.get("ops") or {}
-    read, write, flush = ops.get("read"), ops.get("write"), ops.get("flush")
+def split(part: Part) -> list[Part]:
+    """A stream as one part, or as a write part and a read part when the trace shows its writes
+    and its reads at different times."""
+    ops = part.stream.get("ops") or {}
+    moving = [d for d in ("write", "read") if _bytes(ops.get(d))]
+    windows = {d: (ops[d].get("first_s"), ops[d].get("last_s")) for d in moving}
+    if any(None in w for w in windows.values()):
+        return [part]
+    if len(moving) == 2 and (windows["write"][1] < windows["read"][0] or windows["read"][1] < windows["write"][0]):
+        return [Part(part.index, part.host, part.record, part.stream, d, *windows[d]) for d in moving]
+    part.start, part.end = min(w[0] for w in windows.values()), max(w[1] for w in windows.values())
+    return [part]
+
+
+def phase_of(parts: list[Part]) -> dict[int, int]:
+    """id(part) -> its phase: parts whose windows overlap (directly or through others) share one,
+    numbered in time order; every part is in phase 0 when any has no window."""
+    if any(p.start is None or p.end is None for p in parts):
+        return {id(p): 0 for p in parts}
+    phase, until, found = -1, float("-inf"), {}
+    for part in sorted(parts, key=lambda p: (p.start, p.end)):
+        if part.start > until:
+            phase += 1
+        until = max(until, part.end)
+        found[id(part)] = phase
+    return found
+
+
+def _job(part: Part, direct: bool, phase: int) -> Job:
+    """One part's job: the rules of the module docstring."""
+    stream, ops = part.stream, part.stream.get("ops") or {}
+    read = ops.get("read") if part.op in (None, "read") else None
+    write = ops.get("write") if part.op in (None, "write") else None
+    flush = ops.get("flush") if part.op in (None, "write") else None
     pid, comm, device = stream.get("pid", 0), str(stream.get("comm") or ""), str(stream.get("device") or "")
-    name = f"h{index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
-    job = Job(name, host, stream, read_bytes=_bytes(read), write_bytes=_bytes(write))
+    base = f"h{part.index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
+    job = Job(base + (f"-{part.op}" if part.op else ""), part.host, stream, read_bytes=_bytes(read),
+              write_bytes=_bytes(write), phase=phase)
     floor = DIRECT_MIN_BLOCK if direct else MIN_BLOCK
     splits = {d: bssplit(op.get("size_hist") or {}, floor) for d, op in (("read", read), ("write", write)) if _bytes(op)}
     reads, writes = _requests(read), _requests(write)
@@ -169,25 +237,40 @@ def _job(index: int, host: str, record: dict[str, Any], stream: dict[str, Any], 
         options = [("rw", rw), ("bssplit", splits[direction][0])]
     smallest = min(s[1] for s in splits.values())
     largest = max(s[2] for s in splits.values())
-    depth = float(stream.get("in_flight_mean") or 1.0)
+    depth = _depth(stream, part.op)
     options += [("ioengine", "libaio" if direct else "psync"), ("direct", "1" if direct else "0"),
                 ("iodepth", str(max(1, round(depth)))), ("numjobs", "1")]
     size = max(largest, round((job.read_bytes + job.write_bytes) / smallest) * smallest)
     options.append(("size", size_text(size)))
+    if part.op:  # the write job and the read job of one stream share its file
+        options.append(("filename", f"{base}.dat"))
     flushes = _requests(flush)
     if writes and flushes >= FREQUENT_FLUSHES:
         options.append(("fsync", str(max(1, round(writes / flushes)))))
     elif writes and flushes:
         options.append(("end_fsync", "1"))
     job.options = options
-    hostname = record.get("hostname") or host
+    hostname = part.record.get("hostname") or part.host
     engine = "O_DIRECT, libaio at that depth" if direct else \
         "buffered: psync issues one request at a time, the kernel's readahead/writeback made the depth"
-    job.comment = [f"host {host} ({hostname}), pid {pid} ({comm or '?'}) on {device or '?'}: {reads} reads {job.read_bytes} B, "
-                   f"{writes} writes {job.write_bytes} B, {flushes} flushes",
+    when = f", issued {part.start:.2f}-{part.end:.2f} s into the trace" if part.start is not None else ""
+    job.comment = [f"host {part.host} ({hostname}), pid {pid} ({comm or '?'}) on {device or '?'}"
+                   f"{f', its {part.op}s' if part.op else ''}: {reads} reads {job.read_bytes} B, "
+                   f"{writes} writes {job.write_bytes} B, {flushes} flushes{when}",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
     return job
+
+
+def _depth(stream: dict[str, Any], op: str | None) -> float:
+    """The mean requests in flight while the part was issuing them (the stream's over the whole
+    trace in a trace without per-op figures)."""
+    ops = stream.get("ops") or {}
+    chosen = [ops.get(op)] if op else [ops.get("read"), ops.get("write")]
+    figures = [(float(o["in_flight"]), _requests(o)) for o in chosen if o and o.get("in_flight") is not None and _requests(o)]
+    if figures:
+        return sum(v * n for v, n in figures) / sum(n for _, n in figures)
+    return float(stream.get("in_flight_mean") or 1.0)
 
 
 def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name: str | None = None) -> str:
@@ -209,24 +292,31 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
     if kernel:
         lines.append(f"; left out: {len(kernel)} kernel thread stream(s) ({sum(stream_bytes(s) for s in kernel)} B: "
                      "writeback, a journal; the replay's own I/O makes theirs)")
-    ranked = any("rank" in t for *_, t in streams(trace))
-    others = [s for s in left if ranked and not s.get("kernel_thread") and "rank" not in s]
+    wanted = kept(trace)
+    others = [s for s in left if not s.get("kernel_thread") and not wanted(s)]
     if others:
-        lines.append(f"; left out: {len(others)} stream(s) of processes that are not the run's ranks "
-                     f"({sum(stream_bytes(s) for s in others)} B: mlpstorage itself, other work on the hosts)")
-    small = [s for s in left if not s.get("kernel_thread") and s not in others]
+        lines.append(f"; left out: {len(others)} stream(s) that are not the run's work "
+                     f"({sum(stream_bytes(s) for s in others)} B: start-up and imports, launchers, mlpstorage itself, "
+                     "other work on the hosts)")
+    small = [s for s in left if not s.get("kernel_thread") and wanted(s)]
     if small:
         lines.append(f"; left out: {len(small)} stream(s) with under {TRIVIAL_SHARE:.0%} of the "
                      f"traced bytes ({sum(stream_bytes(s) for s in small)} B)")
     if trace.get("complete") is False:
         lines.append("; the trace is incomplete (a host's tracer did not print its maps): the jobs hold what it has")
+    phases = max(job.phase for job in made) + 1
+    if phases > 1:
+        lines.append(f"; in {phases} phases, in the run's order: the jobs of a phase run together, each phase "
+                     "once the one before has ended (stonewall)")
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",
               "; a job's name starts with h<N>-, the trace's N-th host: fio --section=<name> runs it alone",
               "", "[global]", "; directory= is left to the command line (--directory)",
               "filename_format=$jobname.$jobnum.$filenum", "group_reporting=0", ""]
-    for job in made:
+    for i, job in enumerate(made):
         lines += [f"; {line}" for line in job.comment]
         lines.append(f"[{job.name}]")
+        if i and job.phase != made[i - 1].phase:
+            lines.append("stonewall")
         lines += [f"{key}={value}" for key, value in job.options]
         lines.append("")
     return "\n".join(lines)

@@ -78,10 +78,22 @@ def _figures(bytes_by: dict[str, int], seconds_by: dict[str, float], hists: dict
     return out
 
 
+def busy_seconds(windows: list[tuple[float, float]]) -> float:
+    """How long at least one of the windows was open (their union's length)."""
+    total, until = 0.0, float("-inf")
+    for start, end in sorted(windows):
+        if end > until:
+            total += end - max(start, until)
+            until = end
+    return total
+
+
 def original(trace: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """The traced run's figures over the streams replay.fio replays: bytes / duration_s, and the
-    streams' latencies; where the tracer keeps latency per device only (streams carry none), the
-    latencies of the devices those streams used (every process's requests on them)."""
+    """The traced run's figures over the streams replay.fio replays: per direction, their bytes
+    over the time some of them were issuing requests of it (the union of their first-to-last
+    windows; the whole trace in one without windows), and the streams' latencies; where the
+    tracer keeps latency per device only (streams carry none), the latencies of the devices
+    those streams used (every process's requests on them)."""
     made, _ = distiller.jobs(trace, meta)
     hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
     for job in made:
@@ -94,8 +106,13 @@ def original(trace: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
                 record = ((trace.get("hosts") or {}).get(host) or {}).get("devices", {}).get(device) or {}
                 _merge(hists[d], (record.get(d) or {}).get("latency_us_hist") or {})
     duration = float(trace.get("duration_s") or 0.0)
+    seconds = {}
+    for d in DIRECTIONS:
+        ops = [(job.stream.get("ops") or {}).get(d) or {} for job in made if (job.read_bytes if d == "read" else job.write_bytes)]
+        windows = [(float(o["first_s"]), float(o["last_s"])) for o in ops if o.get("first_s") is not None]
+        seconds[d] = busy_seconds(windows) if windows and len(windows) == len(ops) else duration
     return _figures({"read": sum(j.read_bytes for j in made), "write": sum(j.write_bytes for j in made)},
-                    {d: duration for d in DIRECTIONS}, hists)
+                    seconds, hists)
 
 
 def fio_report(stdout: Path) -> dict[str, Any]:
@@ -109,10 +126,11 @@ def fio_report(stdout: Path) -> dict[str, Any]:
 
 
 def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The replay's figures over every host's jobs (all ran at once: bytes over the longest
-    job's runtime per direction), and each job's summary."""
+    """The replay's figures over every host's jobs: per direction, bytes over the time taken,
+    the longest job's runtime in each phase (fio's group: the jobs of one ran at once, on
+    every host) summed over the phases; and each job's summary."""
     bytes_by = {d: 0 for d in DIRECTIONS}
-    seconds_by = {d: 0.0 for d in DIRECTIONS}
+    longest: dict[tuple[str, int], float] = {}
     hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
     summary = []
     for host_report in reports:
@@ -126,13 +144,15 @@ def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[s
                 row[f"{d}_bytes"] = moved
                 if moved:
                     bytes_by[d] += moved
-                    seconds_by[d] = max(seconds_by[d], runtime)
+                    group = (d, int(job.get("groupid") or 0))
+                    longest[group] = max(longest.get(group, 0.0), runtime)
                     clat = part.get("clat_ns") or {}
                     _merge(hists[d], _log2_us(clat.get("bins") or {}))
                     exact = clat.get("percentile") or {}  # fio's own, per job, for the record
                     row[f"{d}_clat_us"] = {label: round(exact[f"{100 * q:.6f}"] / 1000, 1)
                                            for label, q in QUANTILES.items() if f"{100 * q:.6f}" in exact}
             summary.append(row)
+    seconds_by = {d: sum(t for (direction, _), t in longest.items() if direction == d) for d in DIRECTIONS}
     return _figures(bytes_by, seconds_by, hists), summary
 
 
