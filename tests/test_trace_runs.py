@@ -123,6 +123,29 @@ def test_a_traced_kv_run_counts_what_its_ranks_wrote_and_read(results, other_fs_
     fio_parses(leaf / "replay.fio")
 
 
+def test_an_embedded_milvus_run_is_mlpstorages_own_work(results, other_fs_dir, tmp_path):
+    """Milvus Lite runs inside mlpstorage: it marks itself once the work starts, so its stream
+    from then on is the run's work (at least the vectors' bytes written), the one replay.fio
+    replays."""
+    require_tracing()
+    store = other_fs_dir / "vdb"
+    store.mkdir()
+    argv = [str(MLPSTORAGE), "open", "vectordb", "FLAT", "datagen", "--num-vectors", "20000", "--dimension", "32",
+            "--metric-type", "IP", "--storage-root", str(store), "-rd", str(results), "-sn", "sys1", "--trace-io"]
+    run = subprocess.Popen(argv, env=subprocess_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    leaf = max(all_leaves(results))
+    trace = io_trace.read(leaf)
+    assert trace is not None and trace["level"] == "vfs", trace and trace.get("why")
+    work = [s for h in trace["hosts"].values() for s in h["streams"] if s.get("work")]
+    assert {s["pid"] for s in work} == {run.pid}, work
+    assert sum(s["ops"]["write"]["bytes"] for s in work) >= 20000 * 32 * 4
+    fio_parses(leaf / "replay.fio")
+    jobs = [line for line in (leaf / "replay.fio").read_text().splitlines() if line.startswith("[h0-")]
+    assert jobs and all(f"-{run.pid}-" in job for job in jobs), jobs
+
+
 def test_closed_refuses_trace_io(cli, results):
     res = cli("closed", "kvcache", "run", "--cache-dir", "/dev/shm/x", "-rd", results, "-sn", "sys1", "--trace-io")
     assert res.rc == 2 and "--trace-io is not allowed in the closed division" in res.err
