@@ -263,13 +263,28 @@ def test_a_write_then_read_run_replays_in_two_phases_on_one_file_per_stream(tmp_
     assert "left out: 2 stream(s) that are not the run's work (3145728 B" in text
 
 
-def test_overlapping_reads_and_writes_stay_one_mixed_job():
-    """A KV-like stream reads and writes throughout: one readwrite job, one phase, no stonewall."""
+@needs_fio
+def test_a_paced_kv_run_is_one_mixed_job_at_the_runs_rate(tmp_path):
+    """A KV run's stream reads and writes throughout its window: one readwrite job, one phase, no
+    stonewall; a KV run paces its own I/O (its users), so the job offers each direction's bytes
+    over its window (rate=read,write B/s); a checkpoint's stream goes flat out, no rate."""
     stream = windowed({**mixed(), "work": True}, read=(0.2, 9.0), write=(0.1, 9.5), flush=(0.5, 9.5))
-    text = replay.distill(trace([stream]), None)
+    text = replay.distill(trace([stream]), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
     assert [n for n in sections(text) if n != "global"] == ["h0-kv_worker-102-vda"]
     assert "stonewall" not in text and "phases" not in text
-    assert sections(text)["h0-kv_worker-102-vda"]["rw"] == "readwrite"
+    job = sections(text)["h0-kv_worker-102-vda"]
+    assert job["rw"] == "readwrite"
+    assert job["rate"] == f"{round(300 * 65536 / 8.8)},{round((60 * 4096 + 40 * 65536) / 9.4)}"
+    assert "paced: the run issued reads at 2.13 MiB/s and writes at 0.29 MiB/s" in text
+    path = tmp_path / "replay.fio"
+    path.write_text(text)
+    done = subprocess.run([FIO, "--parse-only", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    flat = replay.distill(trace([stream]), {"benchmark_type": "checkpointing", "command": "run", "args": {}})
+    assert "rate" not in sections(flat)["h0-kv_worker-102-vda"]
+    reads_only = windowed({**rand_read(), "work": True}, read=(1.0, 3.0))
+    text = replay.distill(trace([reads_only]), {"benchmark_type": "training", "command": "run", "args": {}})
+    assert sections(text)["h0-python3-101-vda"]["rate"] == str(round(2000 * 4096 / 2.0))
 
 
 def test_the_runs_figures_count_the_time_its_requests_were_issued():

@@ -9,7 +9,10 @@ How each field is derived (ManPage.md, `replay`, says the same):
 - iodepth: the stream's mean in-flight requests (at least 1); libaio with direct=1 when the run
   used O_DIRECT (its metadata says so), else psync buffered;
 - size: the stream's bytes; fsync=N when flushes were frequent (N writes per flush), else
-  end_fsync=1 when any flush was seen.
+  end_fsync=1 when any flush was seen;
+- rate: for a run that paces its own I/O (configs/tool.yaml replay.paced: KV users, DLIO's
+  emulated computation, query clients), each direction's bytes over its window, so the replay
+  offers the run's load rather than the array's limit.
 A stream is one process on one device. Only the run's work is kept: the streams of processes
 that marked themselves as the run's (launch/heartbeat.mark_work: each rank once its imports are
 done, and what it forks), in older traces the ranks' streams; kernel threads' streams
@@ -25,15 +28,19 @@ read job after a write job reads from the device.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import atomic_write_text, read_json
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.rules.configs import source_root
 
 FILE = "replay.fio"
 LEVELS = {"block": "the block layer (requests as the device saw them)",
@@ -116,6 +123,31 @@ def direct_io(metadata: dict[str, Any] | None) -> bool:
                 or storage.get("storage_type") == "direct_fs")
 
 
+@functools.lru_cache(maxsize=1)
+def paced_workloads() -> dict[str, list[str]]:
+    """configs/tool.yaml's replay.paced: benchmark type -> the commands whose runs pace their I/O."""
+    with open(source_root() / "configs" / "tool.yaml", encoding="utf-8") as fh:
+        return {str(k): list(v) for k, v in yaml.safe_load(fh)["replay"]["paced"].items()}
+
+
+def paced(metadata: dict[str, Any] | None) -> bool:
+    """Whether the run paced its own I/O (its benchmark and command, as its metadata records them)."""
+    if not metadata:
+        return False
+    return metadata.get("command") in paced_workloads().get(str(metadata.get("benchmark_type")), [])
+
+
+def rates(part: "Part", read: dict[str, Any] | None, write: dict[str, Any] | None) -> dict[str, int]:
+    """Bytes per second each direction of a part was issued at over its own window (none for a
+    direction without a window of some length)."""
+    found = {}
+    for direction, op in (("read", read), ("write", write)):
+        first, last = (op or {}).get("first_s"), (op or {}).get("last_s")
+        if _bytes(op) and first is not None and last is not None and last > first:
+            found[direction] = round(_bytes(op) / (last - first))
+    return found
+
+
 def _requests(op: dict[str, Any] | None) -> int:
     return int((op or {}).get("requests") or 0)
 
@@ -168,7 +200,7 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
     and what is not the run's work (imports and start-up, launchers, mlpstorage's own I/O, other
     work on a busy head node)."""
     check_level(trace)
-    direct = direct_io(metadata)
+    direct, pace = direct_io(metadata), paced(metadata)
     wanted = kept(trace)
     every = [(i, h, r, s) for i, h, r, s in streams(trace) if wanted(s)]
     total = sum(stream_bytes(s) for *_, s in every)
@@ -180,7 +212,7 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
             continue
         parts += split(Part(index, host, record, stream))
     phases = phase_of(parts)
-    made = [_job(part, direct, phases[id(part)]) for part in parts]
+    made = [_job(part, direct, phases[id(part)], pace) for part in parts]
     return sorted(made, key=lambda job: job.phase), left
 
 
@@ -212,7 +244,7 @@ def phase_of(parts: list[Part]) -> dict[int, int]:
     return found
 
 
-def _job(part: Part, direct: bool, phase: int) -> Job:
+def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
     """One part's job: the rules of the module docstring."""
     stream, ops = part.stream, part.stream.get("ops") or {}
     read = ops.get("read") if part.op in (None, "read") else None
@@ -244,6 +276,9 @@ def _job(part: Part, direct: bool, phase: int) -> Job:
     options.append(("size", size_text(size)))
     if part.op:  # the write job and the read job of one stream share its file
         options.append(("filename", f"{base}.dat"))
+    offered = rates(part, read, write) if pace else {}
+    if offered:
+        options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
     flushes = _requests(flush)
     if writes and flushes >= FREQUENT_FLUSHES:
         options.append(("fsync", str(max(1, round(writes / flushes)))))
@@ -259,6 +294,9 @@ def _job(part: Part, direct: bool, phase: int) -> Job:
                    f"{writes} writes {job.write_bytes} B, {flushes} flushes{when}",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
+    if offered:
+        job.comment.append("paced: the run issued " + " and ".join(f"{d}s at {v / MIB:.2f} MiB/s" for d, v in offered.items())
+                           + " over its window; rate= offers the replay that load (delete it to find the array's limit)")
     return job
 
 
