@@ -54,6 +54,12 @@ for line in sys.stdin:
             total += got
         os.close(fd)
         print("done", total, flush=True)
+    elif cmd == "bufwrite":  # bufwrite PATH MIB: buffered writes, no fsync (the kernel writes them back)
+        fd = os.open(args[0], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        for _ in range(int(args[1])):
+            os.write(fd, buf)
+        os.close(fd)
+        print("done", int(args[1]) * MIB, flush=True)
     elif cmd == "mark":  # the run's work starts here (launch/heartbeat.mark_work)
         try:
             os.getpgid(int(args[0]))
@@ -207,6 +213,21 @@ def test_the_work_mark_starts_a_stream_and_passes_to_forks(tmp_path, worker):
     write, got = work["ops"]["write"], work["ops"]["read"]
     assert start["ops"]["write"]["last_s"] <= write["first_s"] <= write["last_s"] < got["first_s"] <= got["last_s"]
     assert write["in_flight"] > 0 and got["in_flight"] > 0
+
+
+def test_the_kernels_writeback_of_the_works_files_is_the_works(tmp_path, worker):
+    """Buffered writes of a marked process with no fsync: the kernel's threads write them back
+    (a `sync` from another process starts it), and those requests are the writer's stream, so
+    its replay writes all it wrote."""
+    require_tracing()
+    folder, disk = block_dir(tmp_path)
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+        worker.do("mark", heartbeat.WORK_MARK)
+        written = worker.do("bufwrite", folder / "buffered", 16)
+        subprocess.run(["sync"], check=True, timeout=120)
+    host = session.record()["hosts"]["127.0.0.1"]
+    (work,) = [s for s in host["streams"] if s["pid"] == worker.pid and s["device"] == disk and s["work"]]
+    assert near(work["ops"]["write"]["bytes"], written), work
 
 
 def test_vfs_fallback_on_tmpfs(other_fs_dir, tmp_path, worker):

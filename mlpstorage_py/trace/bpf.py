@@ -49,7 +49,7 @@ READ, WRITE, FLUSH = 0, 1, 2
 RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast")
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
-_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work")
+_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
 _VFS_HELPERS = ("@vt", "@vop", "@vdev", "@vpos", "@vino", "@end", "@vend_ino", "@send", "@sino", "@work")
 
 
@@ -77,6 +77,35 @@ tracepoint:sched:sched_process_exit /@work[tid]/ {{ delete(@work[tid]); }}
 RQ = "(uint64)args->dev, args->sector"
 
 
+# Writeback on the work's behalf: the kernel writes a file's dirty pages back from its own
+# threads, whose requests would otherwise be the kernel's. An inode first dirtied by a process
+# of the work (its enqueue on the dirty list runs in the writer's context) names that process;
+# while a writeback thread writes that inode back, its requests are the writer's. An inode is
+# forgotten once its writeback wrote less than it was allowed (nothing dirty was left), or when
+# its writer fsyncs it (that writeback runs in the writer's own context). The map holds what
+# the kernel's map size allows (4,096 inodes dirty at once by default); beyond that the
+# writeback is the kernel threads' again.
+WHO = ("$own = " + OWNER + "; $who = comm; "
+       "if (@wbino[tid]) { $own = @iown[@wbino[tid]]; $who = @icomm[@wbino[tid]]; }")
+WRITEBACK = f"""
+tracepoint:writeback:writeback_dirty_inode_enqueue /@work[pid]/ {{
+  @iown[(uint64)args->ino] = {OWNER}; @icomm[(uint64)args->ino] = comm; {NAME_UTS}
+}}
+tracepoint:writeback:writeback_single_inode_start /@iown[(uint64)args->ino]/ {{ @wbino[tid] = (uint64)args->ino; }}
+tracepoint:writeback:writeback_single_inode /@wbino[tid]/ {{
+  delete(@wbino[tid]);
+  if (args->wrote < (uint64)args->nr_to_write) {{ delete(@iown[(uint64)args->ino]); delete(@icomm[(uint64)args->ino]); }}
+}}
+tracepoint:syscalls:sys_enter_fsync, tracepoint:syscalls:sys_enter_fdatasync /@work[pid]/ {{
+  $t = curtask;
+  if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
+    $i = (uint64)(*($t->files->fdt->fd + args->fd))->f_inode->i_ino;
+    delete(@iown[$i]); delete(@icomm[$i]);
+  }}
+}}
+"""
+
+
 def _op(rwbs: str) -> str:
     """bpftrace statements setting $op from a tracepoint's rwbs ('R', 'RA', 'WS', 'FWS', 'FF'...:
     a leading F is a preflush); 3 for what is none of the three (discard, zeroes)."""
@@ -93,26 +122,27 @@ def _block(devs: list[int]) -> str:
     only = "@go && (" + " || ".join(f"args->dev == {d}" for d in devs) + ")"
     own = f"@own[{RQ}] = {OWNER}; @own_comm[{RQ}] = comm; {NAME_UTS}"
     moved = "(uint64)args->dev, args->sector + args->nr_sector"
-    keys = f"$own = {OWNER}; $ns = $own >> 32; $dev = (uint64)args->dev; $end = args->sector + args->nr_sector;"
+    keys = "$ns = $own >> 32; $dev = (uint64)args->dev; $end = args->sector + args->nr_sector;"
     follow = "@end[$ns, $dev, $op] = $end; @send[$own, $dev, $op] = $end;"
-    return f"""
+    return WRITEBACK + f"""
 tracepoint:block:block_getrq /{only}/ {{
-  {own}
+  {WHO}
+  @own[{RQ}] = $own; @own_comm[{RQ}] = $who; {NAME_UTS}
   {_op("args->rwbs")}
   if ($op < {FLUSH} && args->nr_sector > 0) {{
     {keys}
     if (@end[$ns, $dev, $op] == args->sector) {{ @seq[$ns, $dev, $op] = count(); }}
-    if (@send[$own, $dev, $op] == args->sector) {{ @sseq[$own, $dev, $op, comm] = count(); }}
+    if (@send[$own, $dev, $op] == args->sector) {{ @sseq[$own, $dev, $op, $who] = count(); }}
     {follow}
   }}
 }}
 tracepoint:block:block_bio_backmerge /{only}/ {{
   {_op("args->rwbs")}
-  if ($op < {FLUSH} && args->nr_sector > 0) {{ {keys} {follow} }}
+  if ($op < {FLUSH} && args->nr_sector > 0) {{ {WHO} {keys} {follow} }}
 }}
 tracepoint:block:block_bio_frontmerge /{only}/ {{
   {_op("args->rwbs")}
-  if ($op < {FLUSH} && args->nr_sector > 0) {{ {keys} {follow} }}
+  if ($op < {FLUSH} && args->nr_sector > 0) {{ {WHO} {keys} {follow} }}
   if (@own[{moved}]) {{
     @own[{RQ}] = @own[{moved}]; @own_comm[{RQ}] = @own_comm[{moved}];
     delete(@own[{moved}]); delete(@own_comm[{moved}]);
