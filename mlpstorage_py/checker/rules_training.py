@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from pathlib import Path
@@ -258,7 +257,7 @@ def result_aggregation(r: Rule, result: Result) -> Iterable[Finding]:
 @rule("3.4.1", "trainingMlpstoragePathArgs").check(RESULT, benchmark="training")
 def path_args(r: Rule, result: Result) -> Iterable[Finding]:
     """A run records both a data directory and a results directory, and they differ."""
-    resolved = functools.cache(lambda path: Path(path).resolve())  # the runs of a workload share their directories
+    resolved = result.system.package.resolved  # the runs of a package share their directories
     for run in result.phase("run"):
         args = (run.metadata or {}).get("args")
         if not isinstance(args, dict):

@@ -17,7 +17,8 @@ def by_scope(rules: list[Rule]) -> Checks:
     return {scope: [(r, c) for r in rules for c in r.checks if c.scope == scope] for scope in SCOPES}
 
 
-Offered = dict[tuple[str, str], list[tuple[Rule, Check]]]  # (benchmark, command): the leaf checks that phase wants
+# (benchmark, command): the leaf checks that phase wants, each with the list its findings join
+Offered = dict[tuple[str, str], list[tuple[Rule, Check, list[Finding]]]]
 
 
 def check_system(system: System, checks: Checks, found: Found, offered: Offered) -> None:
@@ -25,11 +26,12 @@ def check_system(system: System, checks: Checks, found: Found, offered: Offered)
     since = files.mark()
     for result in system.results:
         for leaf in result.leaves:
-            key = (leaf.benchmark, leaf.command)
-            if key not in offered:
-                offered[key] = [(rule, check) for rule, check in checks[LEAF] if check.wants(leaf)]
-            for rule, check in offered[key]:
-                found[rule.number].extend(rule.run(check, leaf))
+            wanted = offered.get((leaf.benchmark, leaf.command))
+            if wanted is None:
+                wanted = offered[(leaf.benchmark, leaf.command)] = [
+                    (rule, check, found[rule.number]) for rule, check in checks[LEAF] if check.wants(leaf)]
+            for rule, check, into in wanted:
+                into.extend(rule.run(check, leaf))
         if checks[PHASE]:
             for phase in result.phases:
                 for rule, check in checks[PHASE]:

@@ -378,7 +378,7 @@ class System:
 
 def _subdirs(directory: Path) -> list[Path]:
     """Real subdirectories, sorted; a symlinked directory is never entered (rule 1.1 reports it)."""
-    return [path for _, kind, path in files.entries(directory) if kind == files.DIR]
+    return [files.child(directory, name) for name, kind in files.names(directory).items() if kind == files.DIR]
 
 
 def _dirs_at(directory: Path, depth: int, rel: tuple[str, ...] = ()) -> Iterator[tuple[Path, tuple[str, ...]]]:
@@ -402,6 +402,7 @@ class Package:
     _images: dict = field(default_factory=dict, repr=False)
     _editions: dict = field(default_factory=dict, repr=False)
     _descriptions: dict = field(default_factory=dict, repr=False)
+    _resolved: dict[str, Path] = field(default_factory=dict, repr=False)
     # What checks of a smaller scope leave for a package check of the same rule (Rule.note):
     # rule number -> items, in the order the systems were walked.
     notes: dict[str, list] = field(default_factory=dict, repr=False)
@@ -469,6 +470,14 @@ class Package:
             found = names.get(probe, found)
             parent = probe.rpartition("/")[0]
             probe = parent if parent != probe else ""
+        return found
+
+    def resolved(self, path: str) -> Path:
+        """A directory a run recorded, resolved on this host (a system call per part), once per
+        reading: the runs of a package share a few."""
+        found = self._resolved.get(path)
+        if found is None:
+            found = self._resolved[path] = Path(path).resolve()
         return found
 
     def image_dirs(self) -> list[Path]:
