@@ -1,15 +1,27 @@
-"""What `--trace-io` costs a checkpoint run, and how close its replay.fio comes to the run, in
-one run of this bench (issue 27). Needs root and bpftrace (else it says so and measures nothing).
+"""What `--trace-io` costs a checkpoint run, and how close the replay.fio of a traced run comes
+to the run, in one run of this bench (issue 27). Needs root and bpftrace (else it says so and
+measures nothing).
 
-    .venv/bin/python bench/trace_replay.py [--rounds 3] [--dir DIR]
+    .venv/bin/python bench/trace_replay.py [--rounds 3] [--dir DIR] [--only checkpoint kvcache training]
 
-Each round runs the same OPEN llama3-8b checkpoint (2 ranks, a scaled-down model of about
---layers layers, one write then one read, the folder on DIR's disk, the results tree apart
+checkpoint: each round runs the same OPEN llama3-8b checkpoint (2 ranks, a scaled-down model of
+about --layers layers, one write then one read, the folder on DIR's disk, the results tree apart
 from it) untraced, then traced; the figures are the engine's own save and load GiB/s (rank 0's,
 as published). Printed: per round both runs' figures; the medians' ratios traced / untraced
 (goal >= 0.95, at most 5 % overhead); then `mlpstorage replay` of the last traced leaf on DIR,
-its write and read MiB/s against the untraced runs' medians (goal: within 15 %). The last line
-is `BENCH {json}` for bench/run_all.py.
+its write and read MiB/s against the untraced runs' medians (goal: within 15 %).
+
+kvcache: a traced OPEN kvcache Option 1 run (Max Storage Stress: storage only, 2 ranks,
+--kv-users users each for --kv-duration s, its cache on DIR's disk), replayed on DIR: the
+replay's read and write MiB/s against the run's own storage bandwidth (the ranks' summed
+tier_storage_*_bandwidth_gbps; goal: within 15 %). A KV run paces its I/O, so its replay offers
+the run's rate (fio rate=): the ratio says whether the disk kept up with that load.
+
+training: a traced OPEN unet3d run (2 accelerators, a small dataset generated first on DIR's
+disk), replayed on DIR: the replay's read MiB/s against DLIO's train_io_mean_MB_per_second
+(reported, no goal).
+
+The last line is `BENCH {json}` for bench/run_all.py.
 """
 
 from __future__ import annotations
@@ -50,6 +62,44 @@ def run(results: Path, folder: Path, layers: int, traced: bool) -> tuple[float, 
     return metric["save_checkpoint_io_mean_GB_per_second"], metric["load_checkpoint_io_mean_GB_per_second"], leaf
 
 
+def kvcache(results: Path, cache: Path, users: int, duration: int) -> tuple[float, float, Path]:
+    """One traced Option 1 run: (the ranks' summed storage read, write MiB/s, its leaf)."""
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    argv = [MLPSTORAGE, "open", "kvcache", "run", "-np", "2", "--cache-dir", str(cache), "-rd", str(results), "-sn", "bench",
+            "--option", "1", "--num-users", str(users), "--duration", str(duration), "--trials", "1",
+            "--inter-option-delay", "0", "--trace-io"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"trace_replay: the kvcache run failed (exit {done.returncode}): {done.stderr[-600:]}")
+    leaf = max((p.parent for p in results.rglob("io_trace.json") if "kv_cache" in str(p)), key=lambda p: p.name)
+    read = write = 0.0
+    for result in leaf.rglob("kvcache_results_*.json"):
+        stats = json.loads(result.read_text())["summary"]["cache_stats"]
+        read += stats["tier_storage_read_bandwidth_gbps"] * GIB_TO_MIB
+        write += stats["tier_storage_write_bandwidth_gbps"] * GIB_TO_MIB
+    return read, write, leaf
+
+
+TRAINING = ["dataset.record_length_bytes=1048576", "dataset.record_length_bytes_stdev=0",
+            "dataset.record_length_bytes_resize=0", "reader.batch_size=2", "reader.read_threads=1"]
+
+
+def training(results: Path, data: Path, files: int) -> tuple[float, Path]:
+    """A small dataset generated, then one traced run: (DLIO's train_io_mean_MB_per_second, its leaf)."""
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    common = ["-dd", str(data), "-sn", "bench", "-rd", str(results), "-aip"]
+    for argv in (["datagen", "-np", "2", *common, "--params", f"dataset.num_files_train={files}", *TRAINING],
+                 ["run", "-at", "b200", "-na", "2", "-cm", "1", *common, "--trace-io", "--params",
+                  f"dataset.num_files_train={files}", "train.epochs=2", "train.computation_time=0.01", *TRAINING]):
+        done = subprocess.run([MLPSTORAGE, "open", "training", "unet3d", *argv], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"trace_replay: training {argv[0]} failed (exit {done.returncode}): {done.stderr[-600:]}")
+    leaf = max((p.parent for p in results.rglob("io_trace.json") if "training" in str(p)), key=lambda p: p.name)
+    return float(json.loads((leaf / "summary.json").read_text())["metric"]["train_io_mean_MB_per_second"]), leaf
+
+
 def replay(leaf: Path, directory: Path) -> dict:
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -60,11 +110,65 @@ def replay(leaf: Path, directory: Path) -> dict:
     return json.loads(max(leaf.glob("replay_*.json")).read_text())
 
 
+def checkpoint_figures(args: argparse.Namespace, work: Path, results: Path) -> dict:
+    plain: list[tuple[float, float]] = []
+    traced: list[tuple[float, float]] = []
+    leaf = None
+    for index in range(args.rounds):
+        save, load, _ = run(results, work / "ckpt", args.layers, False)
+        plain.append((save, load))
+        save_t, load_t, leaf = run(results, work / "ckpt", args.layers, True)
+        traced.append((save_t, load_t))
+        print(f"round {index + 1}: untraced save {save:.3f} load {load:.3f} GiB/s; "
+              f"traced save {save_t:.3f} load {load_t:.3f} GiB/s")
+    med = {k: statistics.median(v[i] for v in runs) for k, runs, i in
+           (("save", plain, 0), ("load", plain, 1), ("save_traced", traced, 0), ("load_traced", traced, 1))}
+    assert leaf is not None
+    record = replay(leaf, work / "replay")
+    figures = {"medians_gib_s": med,
+               "overhead_ratio": {"save": med["save_traced"] / med["save"], "load": med["load_traced"] / med["load"]},
+               "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
+               "replay_ratio": {"write": (record["replay"]["write"]["mib_s"] or 0) / (med["save"] * GIB_TO_MIB),
+                                "read": (record["replay"]["read"]["mib_s"] or 0) / (med["load"] * GIB_TO_MIB)}}
+    print(f"checkpoint traced / untraced: save {figures['overhead_ratio']['save']:.3f}, "
+          f"load {figures['overhead_ratio']['load']:.3f} (goal >= 0.95)")
+    print(f"checkpoint replay / run: write {figures['replay_ratio']['write']:.3f}, read {figures['replay_ratio']['read']:.3f} "
+          "(goal 0.85-1.15)")
+    return figures
+
+
+def kvcache_figures(args: argparse.Namespace, work: Path, results: Path) -> dict:
+    read, write, leaf = kvcache(results, work / "kv", args.kv_users, args.kv_duration)
+    record = replay(leaf, work / "replay")
+    figures = {"run_mib_s": {"read": read, "write": write},
+               "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
+               "replay_ratio": {"read": (record["replay"]["read"]["mib_s"] or 0) / read if read else None,
+                                "write": (record["replay"]["write"]["mib_s"] or 0) / write if write else None}}
+    print(f"kvcache Option 1: run read {read:.1f} write {write:.1f} MiB/s; replay / run: "
+          f"read {figures['replay_ratio']['read']}, write {figures['replay_ratio']['write']} (goal 0.85-1.15)")
+    return figures
+
+
+def training_figures(args: argparse.Namespace, work: Path, results: Path) -> dict:
+    dlio, leaf = training(results, work / "data", args.train_files)
+    record = replay(leaf, work / "replay")
+    read = record["replay"]["read"]["mib_s"] or 0
+    print(f"training unet3d: DLIO {dlio:.1f} MiB/s, replay read {read:.1f} MiB/s, ratio {read / dlio:.3f} (reported)")
+    return {"dlio_mib_s": dlio, "replay_read_mib_s": read, "replay_ratio": read / dlio if dlio else None}
+
+
+PARTS = {"checkpoint": checkpoint_figures, "kvcache": kvcache_figures, "training": training_figures}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=8, help="model layers (8: about 1 GiB per checkpoint)")
-    parser.add_argument("--dir", type=Path, help="where the checkpoints and the replay go (default: under build/)")
+    parser.add_argument("--kv-users", type=int, default=20, help="kvcache users per rank")
+    parser.add_argument("--kv-duration", type=int, default=30, help="kvcache seconds")
+    parser.add_argument("--train-files", type=int, default=64, help="training files of 1 MiB")
+    parser.add_argument("--only", nargs="+", choices=sorted(PARTS), default=list(PARTS))
+    parser.add_argument("--dir", type=Path, help="where the data and the replays go (default: under build/)")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("bpftrace"):
         print("trace_replay: needs root and bpftrace; nothing measured")
@@ -77,29 +181,7 @@ def main() -> int:
     try:
         subprocess.run([MLPSTORAGE, "init", "Bench", str(results)], check=True, capture_output=True,
                        env={**os.environ, "XDG_CONFIG_HOME": str(results / "xdg")})
-        plain: list[tuple[float, float]] = []
-        traced: list[tuple[float, float]] = []
-        leaf = None
-        for index in range(args.rounds):
-            save, load, _ = run(results, work / "ckpt", args.layers, False)
-            plain.append((save, load))
-            save_t, load_t, leaf = run(results, work / "ckpt", args.layers, True)
-            traced.append((save_t, load_t))
-            print(f"round {index + 1}: untraced save {save:.3f} load {load:.3f} GiB/s; "
-                  f"traced save {save_t:.3f} load {load_t:.3f} GiB/s")
-        med = {k: statistics.median(v[i] for v in runs) for k, runs, i in
-               (("save", plain, 0), ("load", plain, 1), ("save_traced", traced, 0), ("load_traced", traced, 1))}
-        assert leaf is not None
-        record = replay(leaf, work / "replay")
-        figures = {"medians_gib_s": med,
-                   "overhead_ratio": {"save": med["save_traced"] / med["save"], "load": med["load_traced"] / med["load"]},
-                   "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
-                   "replay_ratio": {"write": (record["replay"]["write"]["mib_s"] or 0) / (med["save"] * GIB_TO_MIB),
-                                    "read": (record["replay"]["read"]["mib_s"] or 0) / (med["load"] * GIB_TO_MIB)}}
-        print(f"traced / untraced: save {figures['overhead_ratio']['save']:.3f}, load {figures['overhead_ratio']['load']:.3f} "
-              "(goal >= 0.95)")
-        print(f"replay / run: write {figures['replay_ratio']['write']:.3f}, read {figures['replay_ratio']['read']:.3f} "
-              "(goal 0.85-1.15)")
+        figures = {name: PARTS[name](args, work, results) for name in args.only}
         print("BENCH " + json.dumps(figures))
     finally:
         shutil.rmtree(work, ignore_errors=True)
