@@ -19,7 +19,7 @@ import itertools
 import json
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
 import yaml
@@ -54,7 +54,11 @@ class _Content(NamedTuple):
 Key = str
 # The constructor Path.iterdir uses for a child of a listed directory, where this Python's
 # pathlib has it: several times cheaper than joining, which parses the name again.
-_child = getattr(Path, "_make_child_relpath", Path.joinpath)
+_make_child = getattr(Path, "_make_child_relpath", None)
+# Where pathlib keeps a Path's string once made (this Python's PurePath slot): a child's string is
+# its directory's and its name, set as the child is made, where a Path would format it part by
+# part when first asked (every child is asked, for the caches' keys).
+_PRESET_STR = _make_child is not None and "_str" in getattr(PurePath, "__slots__", ())
 _root: Key | None = None  # the package root, once a reading has started
 _below: Key | None = None  # the root with a trailing separator: what every path below it starts with
 _listings: dict[Key, _Listing] = {}
@@ -142,13 +146,25 @@ def entries(directory: Path) -> tuple[Entry, ...]:
     found = _entries.get(key)
     if found is None:
         listing = _listing(directory, key)
-        found = _entries[key] = tuple((name, kind, _child(listing.directory, name)) for name, kind in listing.kinds.items())
+        found = _entries[key] = tuple((name, kind, _child(listing.directory, key, name))
+                                      for name, kind in listing.kinds.items())
     return found
 
 
 def child(directory: Path, name: str) -> Path:
-    """directory / name, for a name from the directory's listing (not parsed again)."""
-    return _child(directory, name)
+    """directory / name, for one name (a name from the directory's listing, or one without a
+    separator): not parsed again."""
+    return _child(directory, str(directory), name)
+
+
+def _child(directory: Path, key: Key, name: str) -> Path:
+    """child(), given the directory's string."""
+    if _make_child is None:
+        return directory / name
+    path = _make_child(directory, name)
+    if _PRESET_STR and key not in (".", "/"):  # those two are formatted otherwise ("name", "/name")
+        path._str = f"{key}/{name}"
+    return path
 
 
 def visible(directory: Path) -> list[Entry]:

@@ -197,7 +197,7 @@ class Leaf:
 
     @functools.cached_property
     def pointer(self) -> str | None:
-        return files.strict_text(self.path / code_image.POINTER_FILE)
+        return files.strict_text(files.child(self.path, code_image.POINTER_FILE))
 
     @functools.cached_property
     def stamped_edition(self) -> str:
@@ -217,9 +217,10 @@ class Leaf:
     @functools.cached_property
     def workload_config(self) -> dict | None:
         """dlio_config/config.yaml's workload block: the configuration the engine actually ran."""
-        if not files.real_dir(self.path / "dlio_config"):
+        folder = files.child(self.path, "dlio_config")
+        if not files.real_dir(folder):
             return None
-        data, problem = files.load_yaml(self.path / "dlio_config" / "config.yaml")
+        data, problem = files.load_yaml(files.child(folder, "config.yaml"))
         workload = dig(data, "workload") if not problem else None
         return workload if isinstance(workload, dict) else None
 
