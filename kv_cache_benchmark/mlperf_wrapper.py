@@ -41,7 +41,7 @@ PARENT = os.getppid()
 # The line a rank prints once started, which mlpstorage's launcher watches for (the same as
 # mlpstorage_py/launch/heartbeat.py's; this file runs without mlpstorage installed).
 STARTED_TAG = "MLPS-RANK-STARTED"
-WORK_MARK = 0x7FFFFF00  # getpgid() of this impossible pid marks the work's start for an I/O tracer (mlpstorage's heartbeat.py)
+WORK_MARK_ENV = "MLPSTORAGE_WORK_MARK"  # getpgid() of the run's mark starts its work for mlpstorage's I/O tracer (heartbeat.py)
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID")
 RESERVED = ("--seed", "--output", "--cache-dir")
 
@@ -129,10 +129,12 @@ def report_started(rank: int, kv_cache: str) -> None:
     if Path(kv_cache).resolve() == HERE / "kv-cache.py":
         sys.path.insert(0, str(HERE))
         import kvcache_sim.cli  # noqa: F401 - the imports kv-cache.py's first line then finds done
-    try:
-        os.getpgid(WORK_MARK)  # fails at once (ESRCH); a tracer counts this rank's I/O as work from here
-    except OSError:
-        pass
+    mark = os.environ.get(WORK_MARK_ENV, "")
+    if mark.isdigit():
+        try:
+            os.getpgid(int(mark))  # fails at once (ESRCH); the run's tracer counts this rank's I/O as work from here
+        except (OSError, OverflowError):
+            pass
     try:
         print(f"{STARTED_TAG} " + json.dumps({"rank": rank, "host": socket.gethostname(), "pid": os.getpid()}), flush=True)
     except BrokenPipeError:

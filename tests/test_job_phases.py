@@ -41,7 +41,7 @@ def test_the_kv_wrapper_prints_the_launchers_line():
     import mlperf_wrapper
 
     assert mlperf_wrapper.STARTED_TAG == heartbeat.TAG
-    assert mlperf_wrapper.WORK_MARK == heartbeat.WORK_MARK
+    assert mlperf_wrapper.WORK_MARK_ENV == heartbeat.WORK_MARK_ENV
 
 
 def test_a_rank_prints_its_report_with_rank_host_and_pid(capfd, monkeypatch):

@@ -189,16 +189,18 @@ def test_block_trace_of_a_direct_write_and_a_cold_read(tmp_path, worker):
 
 
 def test_the_work_mark_starts_a_stream_and_passes_to_forks(tmp_path, worker):
-    """A process's I/O before heartbeat.mark_work and after it are two streams, only the second
-    marked as the run's work; a child it forks after the mark is the run's too. Each op of a
+    """A process's I/O before it gives the run's mark (heartbeat.mark_work) and after are two
+    streams, only the second the run's work (another run's mark is not this run's); a child it forks after the mark is the run's too. Each op of a
     stream says when its requests were first and last issued: the writes before the cold read."""
     require_tracing()
     folder, disk = block_dir(tmp_path)
     for name in ("before", "after"):
         worker.do("write", folder / name, 4, 1)  # allocated before the trace, as in the test above
-    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
+    mark, other = heartbeat.new_mark(), heartbeat.new_mark()
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path, mark) as session:
+        worker.do("mark", other)  # another traced run's mark (a second mlpstorage on the host)
         before = worker.do("write", folder / "before", 4, 1)
-        worker.do("mark", heartbeat.WORK_MARK)
+        worker.do("mark", mark)
         after = worker.do("write", folder / "after", 4, 1)
         child = worker.do("fork", folder / "child", 2)
         cold(folder / "after")
@@ -221,8 +223,9 @@ def test_the_kernels_writeback_of_the_works_files_is_the_works(tmp_path, worker)
     its replay writes all it wrote."""
     require_tracing()
     folder, disk = block_dir(tmp_path)
-    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path) as session:
-        worker.do("mark", heartbeat.WORK_MARK)
+    mark = heartbeat.new_mark()
+    with TraceSession(["127.0.0.1"], [str(folder)], None, tmp_path, mark) as session:
+        worker.do("mark", mark)
         written = worker.do("bufwrite", folder / "buffered", 16)
         subprocess.run(["sync"], check=True, timeout=120)
     host = session.record()["hosts"]["127.0.0.1"]

@@ -32,11 +32,12 @@ from mlpstorage_py.trace import devices
 
 
 def rank_bytes(trace: dict, op: str) -> dict[int, int]:
-    """Bytes of `op` per rank, summed over the rank's streams (one per device) on every host."""
+    """Bytes of `op` per rank, summed over the rank's work streams (one per device: what it did
+    once it gave the run's mark) on every host."""
     found: dict[int, int] = {}
     for host in trace["hosts"].values():
         for stream in host["streams"]:
-            if "rank" in stream:
+            if "rank" in stream and stream.get("work"):
                 found[stream["rank"]] = found.get(stream["rank"], 0) + int(stream["ops"].get(op, {}).get("bytes", 0))
     return found
 

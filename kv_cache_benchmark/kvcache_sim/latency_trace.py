@@ -55,5 +55,8 @@ def traced(enabled: bool, cache_dir: Path, output: Path) -> Iterator[None]:
         tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
+    from mlpstorage_py.launch.heartbeat import mark_work
+
     with session.tracing(["127.0.0.1"], [str(cache_dir)], None, output.parent, keep):
+        mark_work()  # this process does the work from here (its streams before are its start-up)
         yield

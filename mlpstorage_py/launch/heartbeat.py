@@ -17,24 +17,36 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 TAG = "MLPS-RANK-STARTED"
-# A process id the kernel never hands out (pid_max is at most 2**22): getpgid() of it is the
-# mark an I/O tracer (trace/bpf.py) watches for; it fails at once with ESRCH.
-WORK_MARK = 0x7FFFFF00
+# A run's work mark (trace/bpf.py): getpgid() of a number no pid reaches (pid_max is at most
+# 2**22) fails at once with ESRCH, and a tracer that knows the run's number sees who called it.
+# Each traced run draws its own, so another mlpstorage on the same host is not this run's work;
+# it reaches every rank as MLPSTORAGE_WORK_MARK (forwarded by name like every MLPSTORAGE_ variable).
+WORK_MARK_ENV = "MLPSTORAGE_WORK_MARK"
+MARK_RANGE = (1 << 22, 1 << 31)
+
+
+def new_mark() -> int:
+    """A traced run's own mark."""
+    return MARK_RANGE[0] + secrets.randbelow(MARK_RANGE[1] - MARK_RANGE[0])
 
 
 def mark_work() -> None:
-    """Tell an I/O tracer that from here on this process, and what it forks, does the run's
-    work: its imports and start-up before the mark are kept apart from the workload that
-    replay.fio reproduces. Costs one failing system call when nothing traces."""
+    """Tell the run's I/O tracer that from here on this process, and what it forks, does the
+    run's work: its imports and start-up before the mark are kept apart from the workload that
+    replay.fio reproduces. Nothing happens when the run is not traced (no mark in the environment)."""
+    value = os.environ.get(WORK_MARK_ENV, "")
+    if not value.isdigit():
+        return
     try:
-        os.getpgid(WORK_MARK)
-    except OSError:
+        os.getpgid(int(value))
+    except (OSError, OverflowError):
         pass
 
 

@@ -18,8 +18,8 @@ Nothing counts until the sampler's first tick (`@go`, READY_MARK): bpftrace prin
 N probes" before it attaches them one by one, in the program's order, the sampler last; a
 request issued before its completion probe was attached would stay in flight for ever.
 
-The run's work (launch/heartbeat.mark_work): a process that calls getpgid(WORK_MARK) is the
-run's from then on, and so is what it forks; an exec ends it (a launcher, a shell: a rank marks
+The run's work (launch/heartbeat.mark_work): a process that calls getpgid() of the run's own
+mark is the run's from then on, and so is what it forks; an exec ends it (a launcher, a shell: a rank marks
 itself once its imports are done). Its I/O from the mark on is a stream of its own, flagged in
 the owner, so replay.fio keeps the workload apart from imports, launchers and other work.
 
@@ -33,8 +33,6 @@ work flag and the pid into one number (one map value, so a request's owner is ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from mlpstorage_py.launch.heartbeat import WORK_MARK
 
 SAMPLE_MS = 100
 # owner = uts namespace inum << 32 | PF_KTHREAD (0x00200000) << 10 (bit 31) | work (bit 30) | pid (< 2**22)
@@ -68,11 +66,10 @@ NS = "(uint64)curtask->nsproxy->uts_ns->ns.inum"
 NAME_UTS = f"@uts[{NS}] = curtask->nsproxy->uts_ns->name.nodename;"
 OWNER = f"(({NS} << 32) | (((uint64)curtask->flags & 0x00200000) << 10) | ((uint64)@work[pid] << 30) | (uint64)pid)"
 WINDOW = "@sfirst[$own, $dev, $op] = min(elapsed / 1000000); @slast[$own, $dev, $op] = max(elapsed / 1000000);"
-MARKS = f"""
-tracepoint:syscalls:sys_enter_getpgid /args->pid == {WORK_MARK}/ {{ @work[pid] = 1; }}
-tracepoint:sched:sched_process_fork /@work[pid]/ {{ @work[args->child_pid] = 1; }}
-tracepoint:sched:sched_process_exec /@work[pid]/ {{ delete(@work[pid]); }}
-tracepoint:sched:sched_process_exit /@work[tid]/ {{ delete(@work[tid]); }}
+FOLLOW_WORK = """
+tracepoint:sched:sched_process_fork /@work[pid]/ { @work[args->child_pid] = 1; }
+tracepoint:sched:sched_process_exec /@work[pid]/ { delete(@work[pid]); }
+tracepoint:sched:sched_process_exit /@work[tid]/ { delete(@work[tid]); }
 """
 RQ = "(uint64)args->dev, args->sector"
 
@@ -228,15 +225,18 @@ tracepoint:syscalls:sys_enter_{call} /@go/ {{
 """
 
 
-def program(targets: list[Target]) -> str:
-    """The program for one host's targets (at least one)."""
+def program(targets: list[Target], mark: int | None = None) -> str:
+    """The program for one host's targets (at least one); `mark` is the run's work mark
+    (launch/heartbeat.new_mark), None where nothing marks its work."""
     block = sorted({t.dev for t in targets if t.level == "block"})
     vfs = sorted({t.dev for t in targets if t.level == "vfs"})
     helpers = sorted(set((_BLOCK_HELPERS if block else ()) + (_VFS_HELPERS if vfs else ())))
     prints = " ".join(f"print({m});" for m in RESULT_MAPS)
     clears = " ".join(f"clear({m});" for m in RESULT_MAPS + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
     sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
-    return (MARKS + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
+    marks = "" if mark is None else \
+        f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {int(mark)}/ {{ @work[pid] = 1; }}\n"
+    return (marks + FOLLOW_WORK + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
 interval:ms:{SAMPLE_MS} {{
   if (@go == 0) {{ @go = 1; printf("{READY_MARK} %llu\\n", elapsed / 1000000); }}
   else {{ printf("%llu\\n", elapsed / 1000000); {sampled} }}

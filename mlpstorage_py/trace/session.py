@@ -30,6 +30,7 @@ from typing import IO, Any, Callable, Iterator
 
 from mlpstorage_py.errors import TraceUnavailable, TimeoutExpired
 from mlpstorage_py.launch.hostnames import host_name, is_local
+from mlpstorage_py.launch import heartbeat
 from mlpstorage_py.launch.preflight import remote_shell as mpi_remote_shell
 from mlpstorage_py.results.io_trace import SCHEMA
 from mlpstorage_py.results.logs import log
@@ -121,9 +122,9 @@ class _Tracer:
         self.readers: list[threading.Thread] = []
         self.program: Path | None = None
 
-    def start(self, workdir: Path, index: int, shell: list[str]) -> None:
+    def start(self, workdir: Path, index: int, shell: list[str], mark: int | None) -> None:
         self.program = workdir / f"io-trace-{uuid.uuid4().hex[:12]}-{index}.bt"
-        self.program.write_text(program(self.targets), encoding="utf-8")
+        self.program.write_text(program(self.targets, mark), encoding="utf-8")
         parent = os.getpid()
         if self.local:
             argv = agent.bpftrace_argv(self.answer["bpftrace"], self.program)
@@ -202,8 +203,9 @@ class TraceSession:
     """One bpftrace per host for the length of a `with` block; record() is the io_trace.json."""
 
     def __init__(self, hosts: list[str], data_paths: list[str], remote_shell: list[str] | None,
-                 workdir: Path) -> None:
+                 workdir: Path, mark: int | None = None) -> None:
         self.hosts, self.data_paths, self.workdir = list(hosts), list(data_paths), Path(workdir)
+        self.mark = mark  # the run's work mark (launch/heartbeat.new_mark), None: nothing marks
         self.shell = remote_shell or mpi_remote_shell()
         self.tracers: list[_Tracer] = []
         self.answers: dict[str, dict[str, Any]] = {}
@@ -221,7 +223,7 @@ class TraceSession:
         try:
             for index, tracer in enumerate(self.tracers):
                 if tracer.targets:
-                    tracer.start(self.workdir, index, self.shell)
+                    tracer.start(self.workdir, index, self.shell, self.mark)
             self._wait_ready()
         except BaseException:
             self._teardown()
@@ -321,13 +323,21 @@ class TraceSession:
 def tracing(hosts: list[str], data_paths: list[str], remote_shell: list[str] | None, workdir: Path,
             keep: Callable[[dict[str, Any]], None]) -> Iterator[None]:
     """A TraceSession around the block; once its tracers started, `keep` gets the record on
-    every path (a block that raises still leaves its trace)."""
-    tracer = TraceSession(hosts, data_paths, remote_shell, workdir)
+    every path (a block that raises still leaves its trace). The run draws its own work mark,
+    which every process it starts inside the block finds in its environment (heartbeat.mark_work)."""
+    mark = heartbeat.new_mark()
+    tracer = TraceSession(hosts, data_paths, remote_shell, workdir, mark)
+    before = os.environ.get(heartbeat.WORK_MARK_ENV)
     entered = False
     try:
         with tracer:
             entered = True
+            os.environ[heartbeat.WORK_MARK_ENV] = str(mark)
             yield
     finally:
+        if before is None:
+            os.environ.pop(heartbeat.WORK_MARK_ENV, None)
+        else:
+            os.environ[heartbeat.WORK_MARK_ENV] = before
         if entered:
             keep(tracer.record())
