@@ -100,8 +100,11 @@ class Rule:
         try:
             return list(check.func(self, unit))
         except Exception as exc:  # noqa: BLE001 - report, do not hide
-            return [self.invalid(unit.root if check.scope == PACKAGE else unit.path,
-                                 f"checker error: {type(exc).__name__}: {exc}")]
+            return [self.crashed(check, unit, exc)]
+
+    def crashed(self, check: Check, unit: Any, exc: Exception) -> Finding:
+        """The finding a check that raised makes of itself."""
+        return self.invalid(unit.root if check.scope == PACKAGE else unit.path, f"checker error: {type(exc).__name__}: {exc}")
 
 
 RULES: dict[str, Rule] = {}

@@ -5,7 +5,7 @@ own checks come last; they read what the listing, the manifests and the rules' n
 
 from __future__ import annotations
 
-from mlpstorage_py.checker.registry import LEAF, PACKAGE, PHASE, RESULT, SCOPES, SYSTEM, Check, Finding, Rule
+from mlpstorage_py.checker.registry import LEAF, PACKAGE, PHASE, RESULT, SCOPES, SYSTEM, Check, CheckFunc, Finding, Rule
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Package, System
 
@@ -17,8 +17,9 @@ def by_scope(rules: list[Rule]) -> Checks:
     return {scope: [(r, c) for r in rules for c in r.checks if c.scope == scope] for scope in SCOPES}
 
 
-# (benchmark, command): the leaf checks that phase wants, each with the list its findings join
-Offered = dict[tuple[str, str], list[tuple[Rule, Check, list[Finding]]]]
+# (benchmark, command): the leaf checks that phase wants, each with its function and the list
+# its findings join (Rule.run inline: a leaf is offered some twenty checks)
+Offered = dict[tuple[str, str], list[tuple[Rule, Check, CheckFunc, list[Finding]]]]
 
 
 def check_system(system: System, checks: Checks, found: Found, offered: Offered) -> None:
@@ -29,9 +30,12 @@ def check_system(system: System, checks: Checks, found: Found, offered: Offered)
             wanted = offered.get((leaf.benchmark, leaf.command))
             if wanted is None:
                 wanted = offered[(leaf.benchmark, leaf.command)] = [
-                    (rule, check, found[rule.number]) for rule, check in checks[LEAF] if check.wants(leaf)]
-            for rule, check, into in wanted:
-                into.extend(rule.run(check, leaf))
+                    (rule, check, check.func, found[rule.number]) for rule, check in checks[LEAF] if check.wants(leaf)]
+            for rule, check, func, into in wanted:
+                try:
+                    into += list(func(rule, leaf))  # whole or not at all, as Rule.run
+                except Exception as exc:  # noqa: BLE001 - report, do not hide
+                    into.append(rule.crashed(check, leaf, exc))
         if checks[PHASE]:
             for phase in result.phases:
                 for rule, check in checks[PHASE]:

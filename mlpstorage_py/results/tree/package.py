@@ -133,7 +133,7 @@ class Leaf:
     def glob(self, pattern: str) -> list[Path]:
         """Entries of the leaf whose names match a glob pattern, in name order."""
         matches = _glob_pattern(pattern)
-        return [files.child(self.path, name) for name in files.names(self.path) if matches(name)]
+        return [files.child(self.path, name) for name in filter(matches, files.names(self.path))]
 
     def record(self, kind: str) -> Record:
         """A record the layout table names (metadata, summary, fs_separation, provenance)."""
@@ -145,7 +145,7 @@ class Leaf:
     def _read(self, kind: str) -> Record:
         names = files.names(self.path)
         for matches in _record_patterns(kind, self.benchmark):
-            found = next((name for name in names if matches(name)), None)
+            found = next(filter(matches, names), None)  # the first in name order, tested in C
             if found is not None:
                 return read_object(files.child(self.path, found))
         return Record(None, layout.record_kinds()[kind]["missing"], None)
@@ -157,15 +157,17 @@ class Leaf:
             cache[name] = read_object(self.path / name)
         return cache[name]
 
-    @property
+    # The three records every check asks for, kept on the leaf once read (until forget()):
+    # a leaf's checks ask for them some forty times.
+    @functools.cached_property
     def metadata(self) -> dict[str, Any] | None:
         return self.record("metadata").value
 
-    @property
+    @functools.cached_property
     def summary(self) -> dict[str, Any] | None:
         return self.record("summary").value
 
-    @property
+    @functools.cached_property
     def provenance(self) -> dict[str, Any] | None:
         return self.record("provenance").value
 
@@ -291,7 +293,8 @@ class Leaf:
     def forget(self) -> None:
         """Drop what was read for this leaf; asked again, it is read again."""
         self._records.clear()
-        for name in ("_objects", "pointer", "stamped_edition", "workload_config", "utc_offset", "end_local"):
+        for name in ("metadata", "summary", "provenance", "_objects", "pointer", "stamped_edition", "workload_config",
+                     "utc_offset", "end_local"):
             self.__dict__.pop(name, None)
 
 
