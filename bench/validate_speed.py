@@ -24,6 +24,11 @@ replicated systems hold identical files, so a cache keyed by content would flatt
 commands; they key what they read by path.
 
     .venv/bin/python bench/validate_speed.py [--leaves 10000] [--repeat 3] [--commands validate status reportgen]
+        [--tree DIR]
+
+--tree DIR times the package in DIR, built there (and kept) when DIR does not exist yet: a
+100,000-leaf tree takes minutes and 4 GiB to build, and the figures of two code versions compare
+best on one tree.
 """
 
 from __future__ import annotations
@@ -135,37 +140,54 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each command; the median is the figure (default 3)")
     parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=list(COMMANDS),
                         help="the commands to time (default: all three)")
+    parser.add_argument("--tree", type=Path, help="the package to time, built there first (and kept) if DIR does not exist")
     opts = parser.parse_args()
     base = "/dev/shm" if Path("/dev/shm").is_dir() else None
-    cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(dir=base) as tmp:
-        root = Path(tmp) / "pkg"
-        start = time.perf_counter()
-        systems, leaves = build(root, opts.leaves)
+        bench(opts, opts.tree or Path(tmp) / "pkg")
+
+
+def prepare(root: Path, leaves: int) -> None:
+    """Build the package at root (about `leaves` leaves) and write the rollups it needs, or
+    count the one already there."""
+    start = time.perf_counter()
+    if root.exists():
+        results = root / "closed" / "Acme" / "results"
+        systems = sum(1 for p in results.iterdir() if p.is_dir())
+        leaves = sum(1 for _, dirs, _ in os.walk(results) for d in dirs if re.fullmatch(r"\d{8}_\d{6}", d))
+        how = "found"
+    else:
+        systems, leaves = build(root, leaves)
         made = run_once(argv_of("reportgen", root))  # the rollups the replicated systems need
         if made.rc != 0:
             sys.exit(f"mlpstorage reports reportgen exited {made.rc}: {made.stderr.strip()[-800:]}")
-        print(f"tree: {leaves} leaves ({systems} systems) in {tmp} built in {time.perf_counter() - start:.0f} s; "
-              f"{cores} core(s) usable, load average {os.getloadavg()[0]:.2f}", flush=True)
-        floors = [floor(root) for _ in range(opts.repeat)]
-        bare, walk = median(f[0] for f in floors), median(f[1] for f in floors)
-        files, size = floors[0][2], floors[0][3]
-        print(f"bare floor (os.walk + one read of every file): {bare:.2f} s "
-              f"({files} files, {size / 2**20:.0f} MiB; median of {len(floors)})")
-        print(f"os.walk of the same tree: {walk:.2f} s")
-        for command in opts.commands:
-            runs = measure(command, root, opts.repeat)
-            secs = median(r.seconds for r in runs)
-            rss = max(r.maxrss_kib for r in runs) / 1024
-            label = {"validate": "mlpstorage validate (the command, output included)",
-                     "status": "mlpstorage status (the command, output included)",
-                     "reportgen": "mlpstorage reports reportgen (the command)"}[command]
-            print(f"{label}: {secs:.2f} s (median of {len(runs)}: {', '.join(f'{r.seconds:.2f}' for r in runs)}); "
-                  f"{secs / bare:.1f}x the floor; peak RSS {rss:.0f} MiB; "
-                  f"CPU {median(r.cpu for r in runs):.2f} s (user+sys)", flush=True)
-        # the floor again: a figure next to a floor that moved (the machine got busier) is suspect
-        after = floor(root)[0]
-        print(f"bare floor after the commands: {after:.2f} s")
+        how = "built"
+    print(f"tree: {leaves} leaves ({systems} systems) in {root} {how} in {time.perf_counter() - start:.0f} s; "
+          f"{len(os.sched_getaffinity(0))} core(s) usable, load average {os.getloadavg()[0]:.2f}", flush=True)
+
+
+def bench(opts: argparse.Namespace, root: Path) -> None:
+    """Every figure on the package at root."""
+    prepare(root, opts.leaves)
+    floors = [floor(root) for _ in range(opts.repeat)]
+    bare, walk = median(f[0] for f in floors), median(f[1] for f in floors)
+    files, size = floors[0][2], floors[0][3]
+    print(f"bare floor (os.walk + one read of every file): {bare:.2f} s "
+          f"({files} files, {size / 2**20:.0f} MiB; median of {len(floors)})")
+    print(f"os.walk of the same tree: {walk:.2f} s")
+    for command in opts.commands:
+        runs = measure(command, root, opts.repeat)
+        secs = median(r.seconds for r in runs)
+        rss = max(r.maxrss_kib for r in runs) / 1024
+        label = {"validate": "mlpstorage validate (the command, output included)",
+                 "status": "mlpstorage status (the command, output included)",
+                 "reportgen": "mlpstorage reports reportgen (the command)"}[command]
+        print(f"{label}: {secs:.2f} s (median of {len(runs)}: {', '.join(f'{r.seconds:.2f}' for r in runs)}); "
+              f"{secs / bare:.1f}x the floor; peak RSS {rss:.0f} MiB; "
+              f"CPU {median(r.cpu for r in runs):.2f} s (user+sys)", flush=True)
+    # the floor again: a figure next to a floor that moved (the machine got busier) is suspect
+    after = floor(root)[0]
+    print(f"bare floor after the commands: {after:.2f} s")
 
 
 if __name__ == "__main__":
