@@ -21,12 +21,18 @@ training: a traced OPEN unet3d run (2 accelerators, a small dataset generated fi
 disk), replayed on DIR: the replay's read MiB/s against DLIO's train_io_mean_MB_per_second
 (reported, no goal).
 
+Every part runs on a disk of its own: an ext4 on a loop device over a sparse --disk-gib image
+under DIR (direct I/O to the image, so the page cache holds the data once), because on a machine
+with one disk the ranks' interpreters and libraries, read after the page cache is dropped, land
+on the data's device and would be its I/O too. The page cache is dropped before each run reads.
+
 The last line is `BENCH {json}` for bench/run_all.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,10 +41,38 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
 GIB_TO_MIB = 1024.0
+
+
+@contextlib.contextmanager
+def own_disk(base: Path, gib: int) -> Iterator[Path]:
+    """An ext4 on a loop device (direct I/O to a sparse image under base), mounted for the block."""
+    image, mount = base / "disk.img", base / "disk"
+    with open(image, "wb") as fh:
+        fh.truncate(gib << 30)
+    subprocess.run(["mkfs.ext4", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(image)], check=True,
+                   capture_output=True)
+    device = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(image)], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    mount.mkdir()
+    try:
+        subprocess.run(["mount", device, str(mount)], check=True, capture_output=True)
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    finally:
+        subprocess.run(["losetup", "-d", device], capture_output=True)
+        image.unlink(missing_ok=True)
+
+
+def drop_caches() -> None:
+    subprocess.run(["sync"], check=True)
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def model(layers: int) -> list[str]:
@@ -93,6 +127,8 @@ def training(results: Path, data: Path, files: int) -> tuple[float, Path]:
     for argv in (["datagen", "-np", "2", *common, "--params", f"dataset.num_files_train={files}", *TRAINING],
                  ["run", "-at", "b200", "-na", "2", "-cm", "1", *common, "--trace-io", "--params",
                   f"dataset.num_files_train={files}", "train.epochs=2", "train.computation_time=0.01", *TRAINING]):
+        if argv[0] == "run":
+            drop_caches()  # DLIO reads the files from the disk, not from what datagen left cached
         done = subprocess.run([MLPSTORAGE, "open", "training", "unet3d", *argv], capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"trace_replay: training {argv[0]} failed (exit {done.returncode}): {done.stderr[-600:]}")
@@ -139,6 +175,7 @@ def checkpoint_figures(args: argparse.Namespace, work: Path, results: Path) -> d
 
 def kvcache_figures(args: argparse.Namespace, work: Path, results: Path) -> dict:
     read, write, leaf = kvcache(results, work / "kv", args.kv_users, args.kv_duration)
+    shutil.rmtree(work / "kv")  # room on the disk for the replay's files
     record = replay(leaf, work / "replay")
     figures = {"run_mib_s": {"read": read, "write": write},
                "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
@@ -164,27 +201,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--layers", type=int, default=8, help="model layers (8: about 1 GiB per checkpoint)")
-    parser.add_argument("--kv-users", type=int, default=20, help="kvcache users per rank")
-    parser.add_argument("--kv-duration", type=int, default=30, help="kvcache seconds")
+    parser.add_argument("--kv-users", type=int, default=5, help="kvcache users per rank")
+    parser.add_argument("--kv-duration", type=int, default=10, help="kvcache seconds")
     parser.add_argument("--train-files", type=int, default=64, help="training files of 1 MiB")
     parser.add_argument("--only", nargs="+", choices=sorted(PARTS), default=list(PARTS))
-    parser.add_argument("--dir", type=Path, help="where the data and the replays go (default: under build/)")
+    parser.add_argument("--dir", type=Path, help="where the disk image goes (default: under build/)")
+    parser.add_argument("--disk-gib", type=int, default=16, help="the own disk's size (sparse)")
     args = parser.parse_args()
-    if os.geteuid() != 0 or not shutil.which("bpftrace"):
-        print("trace_replay: needs root and bpftrace; nothing measured")
-        print("BENCH " + json.dumps({"skipped": "needs root and bpftrace"}))
+    missing = [tool for tool in ("bpftrace", "mkfs.ext4", "losetup", "fio") if not shutil.which(tool)]
+    if os.geteuid() != 0 or missing:
+        why = "needs root" if os.geteuid() != 0 else f"needs {', '.join(missing)}"
+        print(f"trace_replay: {why}; nothing measured")
+        print("BENCH " + json.dumps({"skipped": why}))
         return 0
     base = args.dir or REPO / "build"
     base.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="trace-bench-", dir=base))
+    scratch = Path(tempfile.mkdtemp(prefix="trace-bench-", dir=base))
     results = Path(tempfile.mkdtemp(prefix="trace-bench-results-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     try:
         subprocess.run([MLPSTORAGE, "init", "Bench", str(results)], check=True, capture_output=True,
                        env={**os.environ, "XDG_CONFIG_HOME": str(results / "xdg")})
-        figures = {name: PARTS[name](args, work, results) for name in args.only}
+        with own_disk(scratch, args.disk_gib) as work:
+            figures = {name: PARTS[name](args, work, results) for name in args.only}
         print("BENCH " + json.dumps(figures))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(results, ignore_errors=True)
     return 0
 

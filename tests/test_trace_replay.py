@@ -256,11 +256,23 @@ def test_a_write_then_read_run_replays_in_two_phases_on_one_file_per_stream(tmp_
     assert "stonewall" in body and "stonewall" not in text.split("[h0-python3-100-vda-read]")[0].split("[global]")[1]
     jobs = sections(text)
     write, read = jobs["h0-python3-100-vda-write"], jobs["h0-python3-100-vda-read"]
-    assert write["filename"] == read["filename"] == "h0-python3-100-vda.dat"
+    assert write["filename_format"] == read["filename_format"] == "h0-python3-100-vda.$jobnum"
     assert (write["rw"], write["size"], write["end_fsync"], read["rw"], read["size"]) == ("write", "16m", "1", "read", "16m")
     assert "end_fsync" not in read and (write["iodepth"], read["iodepth"]) == ("2", "2")
     assert "in 2 phases" in text
     assert "left out: 2 stream(s) that are not the run's work (3145728 B" in text
+
+
+def test_each_thread_of_a_stream_is_a_clone_with_its_share():
+    """A stream whose requests came from 4 threads: numjobs=4, each clone a quarter of the bytes,
+    of the rate (a paced run) and of the depth."""
+    stream = windowed({**rand_read(), "work": True}, read=(1.0, 3.0))
+    stream["ops"]["read"].update(threads=4, in_flight=8.0)
+    text = replay.distill(trace([stream]), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
+    job = sections(text)["h0-python3-101-vda"]
+    assert (job["numjobs"], job["size"], job["iodepth"]) == ("4", "2000k", "2")
+    assert job["rate"] == str(round(2000 * 4096 / 2.0 / 4))
+    assert "4 threads issued its requests" in text and "reads at 3.91 MiB/s" in text
 
 
 @needs_fio
@@ -307,7 +319,7 @@ def test_a_phased_replay_reads_back_what_it_wrote(cli, tmp_path):
     target.mkdir()
     result = cli("replay", leaf, "--directory", target)
     assert result.rc == 0, result.err
-    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-100-vda.dat", "h0-python3-101-vda.dat"]
+    assert sorted(p.name for p in target.iterdir()) == ["h0-python3-100-vda.0", "h0-python3-101-vda.0"]
     record = json.loads(next(leaf.glob("replay_*.json")).read_text())
     assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (32 * MIB, 32 * MIB)
     rows = {row["job"]: row for row in record["jobs"]}

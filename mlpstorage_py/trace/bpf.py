@@ -24,8 +24,9 @@ itself once its imports are done). Its I/O from the mark on is a stream of its o
 the owner, so replay.fio keeps the workload apart from imports, launchers and other work.
 
 Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
-per process and device, the busy time too) and `owner,dev,op` for when
-a process's requests of one op were first and last issued (ms of the tracer's clock; a window
+per process and device, the busy time too), `owner,dev,op,tid` for the threads that issued a
+process's requests of one op (not the kernel's writeback on its behalf), and `owner,dev,op` for
+when a process's requests of one op were first and last issued (ms of the tracer's clock; a window
 per process, not per thread name), where owner packs the namespace, the kernel-thread flag, the
 work flag and the pid into one number (one map value, so a request's owner is never half written).
 """
@@ -44,7 +45,7 @@ END_MARK = "end"
 READ, WRITE, FLUSH = 0, 1, 2
 
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
-RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast")
+RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast", "@stid")
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
 _BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
@@ -130,6 +131,7 @@ tracepoint:block:block_getrq /{only}/ {{
     {keys}
     if (@end[$ns, $dev, $op] == args->sector) {{ @seq[$ns, $dev, $op] = count(); }}
     if (@send[$own, $dev, $op] == args->sector) {{ @sseq[$own, $dev, $op, $who] = count(); }}
+    if (@wbino[tid] == 0) {{ @stid[$own, $dev, $op, (uint64)tid] = count(); }}
     {follow}
   }}
 }}
@@ -212,7 +214,7 @@ tracepoint:syscalls:sys_enter_{call} /@go/ {{
     @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum($n); @sz[$ns, $dev, $op] = hist($n);
     @lat[$ns, $dev, $op] = hist($lat);
     @srq[$own, $dev, $op, comm] = count(); @sby[$own, $dev, $op, comm] = sum($n); @ssz[$own, $dev, $op, comm] = hist($n);
-    @sbusy[$own, $dev, $op, comm] = sum($lat); {WINDOW}
+    @sbusy[$own, $dev, $op, comm] = sum($lat); @stid[$own, $dev, $op, (uint64)tid] = count(); {WINDOW}
     if ($op != {FLUSH}) {{
       if (@vend_ino[$ns, $dev, $op] == $ino && @end[$ns, $dev, $op] == $pos) {{ @seq[$ns, $dev, $op] = count(); }}
       @end[$ns, $dev, $op] = $pos + $n; @vend_ino[$ns, $dev, $op] = $ino;

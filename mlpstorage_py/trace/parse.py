@@ -220,6 +220,10 @@ class Collector:
             owner, dev, op, comm = _stream_key(key)
             busy[(owner, dev, op, comm)] = busy.get((owner, dev, op, comm), 0) + int(value)
         first, last = self._window("@sfirst"), self._window("@slast")
+        threads: dict[tuple[int, int, int], int] = {}
+        for key in self.maps.get("@stid", {}):
+            owner_dev_op = _ints(key, 4)[:3]
+            threads[owner_dev_op] = threads.get(owner_dev_op, 0) + 1
         out = []
         for (owner, dev, comm), stream in found.items():
             for i, op in enumerate(OPS):
@@ -231,6 +235,7 @@ class Collector:
                 active = entry["last_s"] - entry["first_s"] if entry["first_s"] is not None else 0.0
                 busy_us = busy.get((owner, dev, i, comm), 0)
                 entry["in_flight"] = round(busy_us / (active * 1e6), 4) if active > 0 else None
+                entry["threads"] = threads.get((owner, dev, i), 0) if entry["requests"] else 0
             total_us = sum(busy.get((owner, dev, i, comm), 0) for i in range(len(OPS)))
             stream["in_flight_mean"] = round(total_us / (span_s * 1e6), 4) if span_s > 0 else None
             out.append(stream)

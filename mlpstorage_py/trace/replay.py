@@ -6,8 +6,9 @@ How each field is derived (ManPage.md, `replay`, says the same):
 - bssplit: the stream's request-size histogram, percentages by count (log2 buckets' lower bounds);
 - rw: read/write by the ops seen, sequential when at least half the requests started where the
   previous one ended, mixed (readwrite/randrw) with rwmixread by request count;
-- iodepth: the stream's mean in-flight requests (at least 1); libaio with direct=1 when the run
-  used O_DIRECT (its metadata says so), else psync buffered;
+- numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
+  of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
+  libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered;
 - size: the stream's bytes; fsync=N when flushes were frequent (N writes per flush), else
   end_fsync=1 when any flush was seen;
 - rate: for a run that paces its own I/O (configs/tool.yaml replay.paced: KV users, DLIO's
@@ -49,6 +50,7 @@ TRIVIAL_SHARE = 0.01     # a stream with less of the traced bytes is not worth a
 SEQUENTIAL_SHARE = 0.5   # at least this share of sequential requests: a sequential job
 FREQUENT_FLUSHES = 3     # this many flushes or more: fsync=N; fewer: one fsync at the end
 MIN_BLOCK, DIRECT_MIN_BLOCK = 512, 4096
+MAX_JOBS = 64            # clones of one stream's job at most (numjobs)
 KIB, MIB = 1024, 1024 ** 2
 HOST_PREFIX = re.compile(r"^h(\d+)-")
 
@@ -270,13 +272,14 @@ def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
     smallest = min(s[1] for s in splits.values())
     largest = max(s[2] for s in splits.values())
     depth = _depth(stream, part.op)
+    clones = max(1, min(MAX_JOBS, max(int((op or {}).get("threads") or 0) for op in (read, write))))
     options += [("ioengine", "libaio" if direct else "psync"), ("direct", "1" if direct else "0"),
-                ("iodepth", str(max(1, round(depth)))), ("numjobs", "1")]
-    size = max(largest, round((job.read_bytes + job.write_bytes) / smallest) * smallest)
+                ("iodepth", str(max(1, round(depth / clones)))), ("numjobs", str(clones))]
+    size = max(largest, round((job.read_bytes + job.write_bytes) / clones / smallest) * smallest)
     options.append(("size", size_text(size)))
-    if part.op:  # the write job and the read job of one stream share its file
-        options.append(("filename", f"{base}.dat"))
-    offered = rates(part, read, write) if pace else {}
+    if part.op:  # the write job and the read job of one stream share its files, clone by clone
+        options.append(("filename_format", f"{base}.$jobnum"))
+    offered = {d: max(1, round(v / clones)) for d, v in rates(part, read, write).items()} if pace else {}
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
     flushes = _requests(flush)
@@ -294,8 +297,12 @@ def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
                    f"{writes} writes {job.write_bytes} B, {flushes} flushes{when}",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
+    if clones > 1:
+        job.comment.append(f"{clones} threads issued its requests: {clones} clones (numjobs), each a share of the bytes"
+                           + (" and of the rate" if offered else ""))
     if offered:
-        job.comment.append("paced: the run issued " + " and ".join(f"{d}s at {v / MIB:.2f} MiB/s" for d, v in offered.items())
+        job.comment.append("paced: the run issued " + " and ".join(f"{d}s at {v * clones / MIB:.2f} MiB/s"
+                                                                  for d, v in offered.items())
                            + " over its window; rate= offers the replay that load (delete it to find the array's limit)")
     return job
 
