@@ -28,7 +28,7 @@ from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Find
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.tree import package as tree
 from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.submission.leaves import Result, leaf_id, placeholders, result_of
+from mlpstorage_py.submission.leaves import Result, leaf_id, path_id, placeholders, result_of
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
 SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
@@ -49,7 +49,7 @@ def _note(rule: Rule, unit: tree.Result) -> Iterator[Finding]:
 def _reading(pkg: Package, result: Result) -> dict[str, Any]:
     return {"division": result.division, "organization": result.org, "system": result.system,
             "benchmark": result.benchmark, "model": result.model,
-            "result": result.workload.relative_to(pkg.root).as_posix(),
+            "result": path_id(pkg, result.workload),
             "runs_present": result.present, "runs_required": result.required,
             "partial_failures": _partial_failures(result),
             "leaves": [{"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why}

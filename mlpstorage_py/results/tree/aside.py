@@ -23,10 +23,18 @@ def forkable() -> bool:
             and not multiprocessing.current_process().daemon)
 
 
+# Net allocations between a forked child's collections: a child reads and releases one system's
+# records after another, so few outlive a system; collected every 700 (the default), a
+# share's records were walked some 270 times per 300 systems, 2% of its time.
+CHILD_GC_THRESHOLD = 10_000
+
+
 def settle() -> None:
     """In a forked child: the objects it inherited are never collected there (gc.freeze), so a
-    collection does not walk, and copy, the parent's whole heap page by page."""
+    collection does not walk, and copy, the parent's whole heap page by page; and its own
+    young objects are collected less often (CHILD_GC_THRESHOLD)."""
     gc.freeze()
+    gc.set_threshold(CHILD_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 class Aside(Generic[T]):
