@@ -21,3 +21,5 @@ _.pytestmark, _.isolated, _.validate_in_workers, _.mpl_cache, _.busy_machine, _.
 _._power_rule, _._network_port_rule, _._capabilities_rule, _._architecture_rule, _._system_under_test_rule
 # Importing a rules module registers its rules; the tuple names them in their order.
 _.RULE_MODULES
+# pathlib reads a Path's string from its _str slot, which results/tree/files.py sets as it makes a child.
+_._str
