@@ -4,14 +4,21 @@ that host issued. The remote side is the trace agent over the cluster's ssh wrap
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 
 import pytest
+import yaml
 
+from conftest import all_leaves
+from test_kvcache_cli import SMALL
+from test_kvcache_hosts import run_args
 from test_trace import Worker, near, ours, require_tracing
 
+from mlpstorage_py.results import io_trace
+from mlpstorage_py.trace import replay
 from mlpstorage_py.trace.session import TraceSession
 
 MIB = 2 ** 20
@@ -108,3 +115,30 @@ def test_a_cut_remote_shell_stops_the_remote_tracer(traced_hosts, tmp_path):
         assert not any(traced_hosts.running(marker, [host]).values()), "bpftrace outlived its remote shell"
     mine = session.record()["hosts"][host]
     assert not mine["complete"] and "did not print its maps" in mine["error"]
+
+
+def test_a_traced_kv_run_on_two_hosts_keeps_each_ranks_work_on_its_host(cli, traced_hosts, results, other_fs_dir,
+                                                                         tmp_path):
+    """`--trace-io` on a KV run over two simulated hosts, end to end: one tracer per host, each
+    host's record holding its own rank's work stream (marked, tagged with its rank) with what that
+    rank says it wrote and read, within 5 %, and replay.fio has each host's job under its prefix."""
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(SMALL))
+    hosts = traced_hosts.names[:2]
+    res = cli(*run_args(results, other_fs_dir / "kv", config, hosts, 3, "--trace-io"))
+    assert res.rc == 0, res.err
+    (leaf,) = all_leaves(results)
+    trace = io_trace.read(leaf)
+    assert trace is not None and trace["complete"] and trace["level"] == "vfs", trace and trace.get("why")
+    assert list(trace["hosts"]) == hosts
+    for rank, host in enumerate(hosts):
+        said = json.loads(next((leaf / "option_1" / "trial_0" / f"rank_{rank}").glob("kvcache_results_*.json"))
+                          .read_text())["summary"]["cache_stats"]
+        work = [s for s in trace["hosts"][host]["streams"] if s.get("work")]
+        assert work and {s.get("rank") for s in work} == {rank}, work
+        for op, key in (("write", "total_write_bytes"), ("read", "total_read_bytes")):
+            traced = sum(s["ops"][op]["bytes"] for s in work)
+            print(f"{host} rank {rank}: traced {op} {traced} of {said[key]}")
+            assert near(traced, said[key]), (host, op, traced, said[key])
+    assert sorted(replay.sections((leaf / "replay.fio").read_text())) == [0, 1]
+    assert not any(traced_hosts.running(b"bpftrace", hosts).values())

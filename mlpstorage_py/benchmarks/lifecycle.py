@@ -6,6 +6,7 @@ gets its metadata, provenance and code-image pointer, with the failure recorded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import time
@@ -62,10 +63,11 @@ def run(bench: Benchmark) -> int:
         req.args["results_dir"] = str(results_dir)  # the metadata records where results went (Rules 3.4.1, 4.4.1)
         bench.results_dir = results_dir
         bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
-    plan = bench.plan()
-    locked = plan.data_dir if not plan_only and req.command == "datagen" and req.storage == "file" else None
-    with datalock.held(locked):
-        return _gated_run(bench, plan, plan_only, results_dir if not plan_only else None)
+    with tracing.prepared(bench) if not plan_only else contextlib.nullcontext():
+        plan = bench.plan()
+        locked = plan.data_dir if not plan_only and req.command == "datagen" and req.storage == "file" else None
+        with datalock.held(locked):
+            return _gated_run(bench, plan, plan_only, results_dir if not plan_only else None)
 
 
 def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path | None) -> int:

@@ -8,6 +8,7 @@ replay is distilled once the leaf's metadata is written (it reads whether the ru
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,6 +17,25 @@ from mlpstorage_py.launch import heartbeat
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.logs import log
+
+
+@contextlib.contextmanager
+def prepared(bench: Any) -> Iterator[None]:
+    """With --trace-io, the run's work mark in the environment from before the plan builds any
+    command line, so the launcher forwards it to every rank on every host (MLPSTORAGE_ variables
+    go by name), until the run is over."""
+    if not bench.request.arg("trace_io"):
+        yield
+        return
+    before = os.environ.get(heartbeat.WORK_MARK_ENV)
+    os.environ[heartbeat.WORK_MARK_ENV] = str(heartbeat.new_mark())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(heartbeat.WORK_MARK_ENV, None)
+        else:
+            os.environ[heartbeat.WORK_MARK_ENV] = before
 
 
 def traced_hosts(bench: Any, plan: Any) -> list[str]:

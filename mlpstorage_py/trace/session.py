@@ -323,11 +323,12 @@ class TraceSession:
 def tracing(hosts: list[str], data_paths: list[str], remote_shell: list[str] | None, workdir: Path,
             keep: Callable[[dict[str, Any]], None]) -> Iterator[None]:
     """A TraceSession around the block; once its tracers started, `keep` gets the record on
-    every path (a block that raises still leaves its trace). The run draws its own work mark,
-    which every process it starts inside the block finds in its environment (heartbeat.mark_work)."""
-    mark = heartbeat.new_mark()
-    tracer = TraceSession(hosts, data_paths, remote_shell, workdir, mark)
+    every path (a block that raises still leaves its trace). The run's work mark is the one in
+    the environment (benchmarks/tracing.prepared put it there before any command line was built),
+    else one drawn now, which every process started inside the block finds (heartbeat.mark_work)."""
     before = os.environ.get(heartbeat.WORK_MARK_ENV)
+    mark = int(before) if before and before.isdigit() else heartbeat.new_mark()
+    tracer = TraceSession(hosts, data_paths, remote_shell, workdir, mark)
     entered = False
     try:
         with tracer:
