@@ -54,7 +54,7 @@ def block_trace() -> dict:
                        "paths": [{"path": "/data", "level": "block", "devices": [{"name": disk, "dev": 1, "level": "block"}],
                                   "why": ""}],
                        "devices": {disk: _device()},
-                       "streams": [_stream(100 + i, HOSTILE if i == 0 else "python3", disk, (9 - i) << 20, rank=i)]}
+                       "streams": [_stream(100 + i, HOSTILE if i == 0 else "python3", disk, (9 - i) << 20, rank=i, work=i == 0)]}
     writeback = dict(_stream(7, "kworker/u8:1", "vda", 3 << 20), kernel_thread=True)
     return {"schema": 1, "level": "block", "why": "", "duration_s": 4.0, "data_paths": ["/data"], "complete": True,
             "hosts": hosts, "unattributed": {"devices": {"vda": _device()}, "streams": [writeback],
@@ -171,9 +171,9 @@ def test_level_why_unattributed_completeness_and_streams(pages):
     assert facts(block, "trace-unattributed") == {"why": "kernel writeback", "hostnames": ["node9"], "devices": ["vda"]}
     assert _rows(block.all("table", **{"class": "trace-unattributed-ops"})[0])[1] == ["write", 5, 5 << 20]
     streams = _rows(block.all("table", **{"class": "trace-streams"})[0])
-    assert [(s[0], s[1], s[2], s[4], s[5], s[7]) for s in streams] == [
-        ("h0", 100, HOSTILE, 0, False, 9 << 20), ("h1", 101, "python3", 1, False, 8 << 20),
-        ("unattributed", 7, "kworker/u8:1", None, True, 3 << 20)]
+    assert [(s[0], s[1], s[2], s[4], s[5], s[6], s[8]) for s in streams] == [
+        ("h0", 100, HOSTILE, 0, True, False, 9 << 20), ("h1", 101, "python3", 1, False, False, 8 << 20),
+        ("unattributed", 7, "kworker/u8:1", None, False, True, 3 << 20)]
     vfs = found[TRAINING].all("section", **{"class": "io-trace"})[0]
     about = facts(vfs, "trace-about")
     assert about["level"] == "vfs" and about["why"] == f"tmpfs has no disk {HOSTILE}" and about["complete"] is False

@@ -25,7 +25,8 @@ DEPTH_BINS = 24      # queue-depth points per chart: even slices of the run, eac
 MAX_BUCKETS = 80     # a histogram's buckets at most (a hostile key like 2**300 must not make thousands)
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
 OP_HEAD = ["op", "requests", "bytes", "share of read+write bytes", "sequential share", "p50 ≤", "p95 ≤", "p99 ≤"]
-STREAM_HEAD = ["host", "pid", "comm", "device", "rank", "kernel thread", "read bytes", "write bytes", "flush bytes"]
+STREAM_HEAD = ["host", "pid", "comm", "device", "rank", "run's work", "kernel thread", "read bytes", "write bytes",
+               "flush bytes"]
 
 
 def _num(value: Any) -> float | None:
@@ -189,7 +190,8 @@ def _streams(trace: dict[str, Any]) -> str:
     for host, s in found[:TOP_STREAMS]:
         rank = s.get("rank")
         rows.append([markup.cell(host), markup.cell(s.get("pid")), markup.cell(s.get("comm")), markup.cell(s.get("device")),
-                     markup.cell(rank, "" if rank is None else None), markup.cell(s.get("kernel_thread") is True),
+                     markup.cell(rank, "" if rank is None else None), markup.cell(s.get("work") is True),
+                     markup.cell(s.get("kernel_thread") is True),
                      *(markup.cell(moved(s, op), _bytes_text(moved(s, op))) for op in io_trace.OPS)])
     if not rows:
         return '<p class="note">no streams recorded</p>'
