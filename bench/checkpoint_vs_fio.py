@@ -4,10 +4,13 @@ Prints GiB/s of each side per round, the medians and the ratios ours/fio (1.0 = 
     .venv/bin/python bench/checkpoint_vs_fio.py [--dir DIR] [--block-size BYTES] [--rounds 3]
         [--o-direct] [--json FILE]
 
-Each round, in this order, every side into fresh files of a fresh directory, `sync` before each
-write so no side inherits another's dirty pages, the page cache dropped before each read:
+Each round, every side into fresh files of a fresh directory, `sync` before each write so no side
+inherits another's dirty pages, the page cache dropped before each read; the order of the sides
+turns by one each round, so none always follows the same neighbour (the disk is mounted with
+`discard`: the side before has just deleted a GiB, and the page cache it dropped is still free):
 
-- ours: `mpirun -np 2` engine, a ~1 GiB llama-shaped checkpoint (ZeRO-3: 2 files per rank of
+- ours: `mpirun -np 2 --bind-to none` engine, launched as `mlpstorage` launches it (ranks not
+  pinned to cores: a pinned rank waits for its core while the other core idles), a ~1 GiB llama-shaped checkpoint (ZeRO-3: 2 files per rank of
   the layout's exact sizes), one checkpoint written then read; the figure as published (rank
   0's GiB over its duration, which ends after every rank's fsyncs).
 - twin: fio doing the same work: one job per file, a rank's second file started when its first
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from mlpstorage_py.checkpoint.engine import FILE_BLOCK_SIZE
 from mlpstorage_py.checkpoint.shards import GIB, Layout, build_layout
@@ -56,7 +60,7 @@ def run_engine(root: Path, block: int, direct: bool) -> tuple[float, float, dict
     out = root / "engine_out"
     env = os.environ | {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     os.sync()
-    subprocess.run([str(BIN / "mpirun"), "-np", str(RANKS), str(BIN / "python"), "-m", "mlpstorage_py.checkpoint.engine",
+    subprocess.run([str(BIN / "mpirun"), "-np", str(RANKS), "--bind-to", "none", str(BIN / "python"), "-m", "mlpstorage_py.checkpoint.engine",
                     "--workload", str(spec), "--checkpoint-folder", str(root / "engine_ckpt"), "--output-dir", str(out),
                     "--num-write", "1", "--num-read", "1", "--block-size", str(block), *(["--o-direct"] if direct else [])],
                    check=True, cwd=root, env=env, stdout=subprocess.DEVNULL)
@@ -119,7 +123,7 @@ def plain(root: Path, layout: Layout) -> tuple[float, float]:
 
 
 def measure(base: Path, block: int, rounds: int, direct: bool) -> dict:
-    """Interleaved rounds (ours, twin, plain); medians and ratios."""
+    """Interleaved rounds (ours, twin, plain, the order turned by one each round); medians and ratios."""
     layout = build_layout(WORKLOAD, RANKS)
     runs: dict[str, list[float]] = {k: [] for k in ("ours_write", "ours_read", "twin_write", "twin_read",
                                                    "plain_write", "plain_read")}
@@ -129,14 +133,27 @@ def measure(base: Path, block: int, rounds: int, direct: bool) -> dict:
         print(f"directory {root}; checkpoint {layout.total_bytes} B = {layout.total_gib:.3f} GiB on {RANKS} ranks, "
               f"{sum(len(layout.files(r)) for r in range(RANKS))} files; block size {block}; O_DIRECT {direct}; "
               f"{rounds} interleaved rounds", flush=True)
+
+        def ours(index: int) -> tuple[float, float]:
+            save, load, record = run_engine(root, block, direct)
+            engine.update(record)
+            return save, load
+
+        sides: dict[str, Callable[[int], tuple[float, float]]] = {
+            "ours": ours,
+            "twin": lambda index: twin(root / f"twin{index}", layout, block, direct),
+            "plain": lambda index: plain(root / f"plain{index}", layout),
+        }
+        names = list(sides)
         for index in range(rounds):
-            save, load, engine = run_engine(root, block, direct)
-            tw, tr = twin(root / f"twin{index}", layout, block, direct)
-            pw, pr = plain(root / f"plain{index}", layout)
-            for key, value in zip(runs, (save, load, tw, tr, pw, pr)):
-                runs[key].append(value)
-            print(f"round {index + 1}: write ours {save:.3f} twin {tw:.3f} plain {pw:.3f}; "
-                  f"read ours {load:.3f} twin {tr:.3f} plain {pr:.3f} GiB/s", flush=True)
+            order = names[index % len(names):] + names[:index % len(names)]
+            got = {name: sides[name](index) for name in order}
+            for name, (wrote, read) in got.items():
+                runs[f"{name}_write"].append(wrote)
+                runs[f"{name}_read"].append(read)
+            print(f"round {index + 1} ({', '.join(order)}): write ours {got['ours'][0]:.3f} twin {got['twin'][0]:.3f} "
+                  f"plain {got['plain'][0]:.3f}; read ours {got['ours'][1]:.3f} twin {got['twin'][1]:.3f} "
+                  f"plain {got['plain'][1]:.3f} GiB/s", flush=True)
     med = {k: statistics.median(v) for k, v in runs.items()}
     ratios = {f"{phase}_vs_{ref}": med[f"ours_{phase}"] / med[f"{ref}_{phase}"]
               for phase in ("write", "read") for ref in ("twin", "plain")}

@@ -38,7 +38,7 @@ from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
-from mlpstorage_py.storage.posix import PosixStore
+from mlpstorage_py.storage.posix import DROP_BEHIND, PosixStore
 from mlpstorage_py.storage.s3 import S3Store, is_object_uri, library
 
 # The launcher that started this rank, read before anything can outlive it (rank_guard).
@@ -383,8 +383,16 @@ class Engine:
                 "cache_policy_applied": self.cache_applied, "block_size": self.opts.block_size,
                 "storage": "file" if self.store.cached_locally else "object",
                 "direct_io": self.opts.o_direct,
+                "page_cache_behind": self.page_cache_behind(),
                 "storage_library": {"name": "none"} if self.store.cached_locally else library(),
                 "durability": self.durability()}
+
+    def page_cache_behind(self) -> str:
+        """What the store leaves in this host's page cache behind each read and write (storage/posix.py)."""
+        if not self.store.cached_locally or self.opts.o_direct:
+            return "not applicable"
+        return (f"dropped: buffered reads evict each {DROP_BEHIND >> 20} MiB they consumed, durable writes each "
+                f"{DROP_BEHIND >> 20} MiB written back, and each file once done")
 
     def durability(self) -> str:
         """What makes a checkpoint's bytes durable before its clock stops (recorded in the leaf)."""
@@ -393,7 +401,8 @@ class Engine:
         if not self.fsync:
             return "none: fsync disabled by checkpoint.fsync=false"
         io = "O_DIRECT writes (an unaligned tail buffered)" if self.opts.o_direct else \
-            "buffered writes, writeback started per block (sync_file_range)"
+            (f"buffered writes, writeback started per block (sync_file_range) and each {DROP_BEHIND >> 20} MiB "
+             "evicted once written back (posix_fadvise DONTNEED)")
         return f"{io}; fsync per file, then of its directory, before the rank reports done"
 
     def metric(self) -> dict[str, float]:
