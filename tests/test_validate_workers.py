@@ -57,14 +57,26 @@ def read_below_leaves() -> set[str]:
     return {key for cache in (files._contents, files._json, files._listings) for key in cache if LEAF_PATH.search(key)}
 
 
-def test_shares_hold_whole_systems_in_order(three_systems):
+def test_shares_hold_whole_systems_in_order(three_systems, monkeypatch):
     pkg = Package.load(three_systems)
     assert [s.name for s in pkg.systems] == ["sys1", "sys2", "sys3"] and all(s.leaves for s in pkg.systems)
-    for count in (1, 2, 3, 12):
-        parts = shares.shares(pkg.systems, count)
+    for workers in (2, 3, 12):
+        parts = shares.shares(pkg.systems, workers)
         assert [s for share in parts for s in share] == pkg.systems  # every system once, in order
-        assert all(parts) and len(parts) <= count
-    assert [[s.name for s in share] for share in shares.shares(pkg.systems, 3)] == [["sys1"], ["sys2"], ["sys3"]]
+        assert all(parts)
+    assert len(shares.shares(pkg.systems, 2)) == 1  # fewer leaves than the smallest share: one share
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)
+    # each share about a quarter (two workers) of the leaves left, at least one system
+    assert [[s.name for s in share] for share in shares.shares(pkg.systems, 2)] == [["sys1"], ["sys2"], ["sys3"]]
+
+
+def test_shares_shrink_towards_the_end(monkeypatch):
+    """Large shares first, the smallest last: the workers run out of work together."""
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 10)
+    systems = [System(Path(f"/p/sys{i}"), "closed", "Acme", f"sys{i}", None, leaves=[object()] * 10) for i in range(100)]
+    sizes = [sum(len(s.leaves) for s in share) for share in shares.shares(systems, 2)]
+    assert sum(sizes) == 1000 and sizes == sorted(sizes, reverse=True)
+    assert sizes[0] == 250 and sizes[-1] == 10
 
 
 def test_each_system_is_released_before_the_next_is_read(three_systems):
