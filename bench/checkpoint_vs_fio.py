@@ -17,10 +17,16 @@ turns by one each round, so none always follows the same neighbour (the disk is 
   ends (`wait_for`), the same block size per syscall (psync), the same fsync points (each file
   on close), no preallocation (`fallocate=none`, files created by the job); the rank's time is
   the sum of its jobs' runtimes, GiB/s = its bytes (each file rounded down to whole blocks) /
-  the slowest rank's time. Read back
-  likewise after the drop. With --o-direct both sides use O_DIRECT.
+  the slowest rank's time. Read back likewise after the drop. With --o-direct both sides use
+  O_DIRECT. What fio cannot do is drop pages behind it, so buffered, the twin keeps them.
 - plain: the disk reference the issue names: fio, 1 MiB blocks, one job per rank writing one
   file of the rank's bytes with end_fsync (fio defaults otherwise), then reading it back.
+
+fio keeps every page it moved in the page cache, so each of its runs takes a GiB of pages from
+free memory; ours drops pages behind it and reuses them (storage/posix.py). On a VM whose
+balloon reports free memory to the host, fio's figure therefore depends on whether the memory it
+gets was freed just before (by the side before it) or already returned to the host (a host fault
+per page): its write and read swing by 2-3x with the order, and ours can exceed it.
 """
 
 from __future__ import annotations
@@ -158,7 +164,7 @@ def measure(base: Path, block: int, rounds: int, direct: bool) -> dict:
     ratios = {f"{phase}_vs_{ref}": med[f"ours_{phase}"] / med[f"{ref}_{phase}"]
               for phase in ("write", "read") for ref in ("twin", "plain")}
     return {"block_size": block, "o_direct": direct, "engine": {k: engine.get(k) for k in ("direct_io", "durability",
-            "cache_policy_applied")}, "runs": runs, "medians": med, "ratios": ratios}
+            "cache_policy_applied", "page_cache_behind")}, "runs": runs, "medians": med, "ratios": ratios}
 
 
 def main() -> None:
