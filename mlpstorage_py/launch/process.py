@@ -23,7 +23,7 @@ from typing import IO
 
 from mlpstorage_py.errors import BenchmarkFailed, StartupExpired, TimeoutExpired
 from mlpstorage_py.launch.heartbeat import Startup
-from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
+from mlpstorage_py.launch.rank_guard import PR_SET_PDEATHSIG
 from mlpstorage_py.launch.session_dirs import remove_stale
 from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
@@ -57,16 +57,30 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
             echo.flush()
 
 
-def _die_with_parent(parent: int) -> None:
-    """In the child before exec: SIGTERM it when mlpstorage dies, even by SIGKILL (no teardown
-    of ours runs then), so the launcher stops its ranks instead of running on with parent 1.
-    SIGPIPE is ignored: with mlpstorage gone its output pipes have no reader, and prterun's first
-    line about the signal would otherwise kill it before it forwards SIGTERM to the ranks."""
-    if LIBC is not None:  # loaded at import, so the forked child loads nothing
-        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    if os.getppid() != parent:  # died before the request took effect
-        os._exit(1)
+# What a launcher runs first, in a small interpreter of its own that then execs the launcher:
+# SIGTERM it when mlpstorage dies, even by SIGKILL (no teardown of ours runs then), so it stops
+# its ranks instead of running on with parent 1; SIGPIPE ignored (with mlpstorage gone its
+# output pipes have no reader, and prterun's first line about the signal would otherwise kill it
+# before it forwards SIGTERM to the ranks); ended at once if mlpstorage died before the request
+# took effect. Not a preexec_fn: Python code between fork and exec is unsafe in a process with
+# threads, and a fork that is not a vfork runs every library's fork handlers in mlpstorage (gRPC's
+# aborted a vectordb run: tests/test_vectordb_fork.py); without one, subprocess uses vfork.
+GUARD = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(%d, signal.SIGTERM, 0, 0, 0)\n"
+    "signal.signal(signal.SIGPIPE, signal.SIG_IGN)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    sys.stderr.write(f'mlpstorage: cannot start {sys.argv[2]}: {exc.strerror}\\n')\n"
+    "    os._exit(127)\n" % PR_SET_PDEATHSIG)
+
+
+def guarded(argv: list[str], parent: int) -> list[str]:
+    """argv run through GUARD, for a child of `parent` (this process)."""
+    return [sys.executable, "-I", "-S", "-c", GUARD, str(parent), *argv]
 
 
 def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Path,
@@ -80,9 +94,8 @@ def run_logged(argv: list[str], *, stdout_path: Path, stderr_path: Path, cwd: Pa
     log.info(f"{label}: {shlex.join(argv)}")
     remove_stale(env)  # a dead launcher's session directory would stop one given its PID
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        parent = os.getpid()
-        child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 start_new_session=True, preexec_fn=lambda: _die_with_parent(parent))
+        child = subprocess.Popen(guarded(argv, os.getpid()), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)
         last = [""]
         secrets = [s.encode() for s in secret_values(env)]
         pumps = [threading.Thread(target=_pump, args=(child.stdout, out, sys.stdout if echo else None, last, secrets,
