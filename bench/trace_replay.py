@@ -160,7 +160,9 @@ def checkpoint_figures(args: argparse.Namespace, work: Path, results: Path) -> d
     med = {k: statistics.median(v[i] for v in runs) for k, runs, i in
            (("save", plain, 0), ("load", plain, 1), ("save_traced", traced, 0), ("load_traced", traced, 1))}
     assert leaf is not None
+    shutil.rmtree(work / "ckpt")  # room on the disk for the replay's files
     record = replay(leaf, work / "replay")
+    shutil.rmtree(work / "replay")
     figures = {"medians_gib_s": med,
                "overhead_ratio": {"save": med["save_traced"] / med["save"], "load": med["load_traced"] / med["load"]},
                "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
@@ -177,6 +179,7 @@ def kvcache_figures(args: argparse.Namespace, work: Path, results: Path) -> dict
     read, write, leaf = kvcache(results, work / "kv", args.kv_users, args.kv_duration)
     shutil.rmtree(work / "kv")  # room on the disk for the replay's files
     record = replay(leaf, work / "replay")
+    shutil.rmtree(work / "replay")
     figures = {"run_mib_s": {"read": read, "write": write},
                "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
                "replay_ratio": {"read": (record["replay"]["read"]["mib_s"] or 0) / read if read else None,
@@ -206,7 +209,7 @@ def main() -> int:
     parser.add_argument("--train-files", type=int, default=64, help="training files of 1 MiB")
     parser.add_argument("--only", nargs="+", choices=sorted(PARTS), default=list(PARTS))
     parser.add_argument("--dir", type=Path, help="where the disk image goes (default: under build/)")
-    parser.add_argument("--disk-gib", type=int, default=16, help="the own disk's size (sparse)")
+    parser.add_argument("--disk-gib", type=int, default=40, help="the own disk's size (sparse: it takes what is written)")
     args = parser.parse_args()
     missing = [tool for tool in ("bpftrace", "mkfs.ext4", "losetup", "fio") if not shutil.which(tool)]
     if os.geteuid() != 0 or missing:

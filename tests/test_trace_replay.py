@@ -100,9 +100,8 @@ def test_distilled_job_parses_and_follows_the_trace(tmp_path):
     jobs = sections(text)
     assert jobs.pop("global") == {"filename_format": "$jobname.$jobnum.$filenum", "group_reporting": "0"}
     write, read, mix = jobs["h0-python3-100-vda"], jobs["h0-python3-101-vda"], jobs["h0-kv_worker-102-vda"]
-    assert (write["rw"], write["bssplit"], write["iodepth"], write["end_fsync"], write["size"]) == \
-        ("write", "1m/100", "1", "1", "64m")
-    assert "fsync" not in write
+    assert (write["rw"], write["bssplit"], write["iodepth"], write["fsync"], write["end_fsync"], write["size"]) == \
+        ("write", "1m/100", "1", "64", "1", "64m")
     assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "8", "8000k")
     assert (mix["rw"], mix["rwmixread"], mix["bssplit"], mix["fsync"], mix["iodepth"]) == \
         ("readwrite", "75", "64k/100,4k/60:64k/40", "10", "1")
@@ -257,8 +256,8 @@ def test_a_write_then_read_run_replays_in_two_phases_on_one_file_per_stream(tmp_
     jobs = sections(text)
     write, read = jobs["h0-python3-100-vda-write"], jobs["h0-python3-100-vda-read"]
     assert write["filename_format"] == read["filename_format"] == "h0-python3-100-vda.$jobnum"
-    assert (write["rw"], write["size"], write["end_fsync"], read["rw"], read["size"]) == ("write", "16m", "1", "read", "16m")
-    assert "end_fsync" not in read and (write["iodepth"], read["iodepth"]) == ("2", "2")
+    assert (write["rw"], write["size"], write["fsync"], read["rw"], read["size"]) == ("write", "16m", "16", "read", "16m")
+    assert "end_fsync" not in read and "fsync" not in read and (write["iodepth"], read["iodepth"]) == ("2", "2")
     assert "in 2 phases" in text
     assert "left out: 2 stream(s) that are not the run's work (3145728 B" in text
 

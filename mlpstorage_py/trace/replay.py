@@ -9,8 +9,8 @@ How each field is derived (ManPage.md, `replay`, says the same):
 - numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
   of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
   libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered;
-- size: the stream's bytes; fsync=N when flushes were frequent (N writes per flush), else
-  end_fsync=1 when any flush was seen;
+- size: the stream's bytes; fsync=N when it flushed (N writes per flush: fio counts an fsync
+  inside a job's runtime, and not the one end_fsync=1 adds for the tail);
 - rate: for a run that paces its own I/O (configs/tool.yaml replay.paced: KV users, DLIO's
   emulated computation, query clients), each direction's bytes over its window, so the replay
   offers the run's load rather than the array's limit.
@@ -48,7 +48,6 @@ LEVELS = {"block": "the block layer (requests as the device saw them)",
           "vfs": "the VFS (the run's read/write system calls: no block device behind the data directory)"}
 TRIVIAL_SHARE = 0.01     # a stream with less of the traced bytes is not worth a job
 SEQUENTIAL_SHARE = 0.5   # at least this share of sequential requests: a sequential job
-FREQUENT_FLUSHES = 3     # this many flushes or more: fsync=N; fewer: one fsync at the end
 MIN_BLOCK, DIRECT_MIN_BLOCK = 512, 4096
 MAX_JOBS = 64            # clones of one stream's job at most (numjobs)
 KIB, MIB = 1024, 1024 ** 2
@@ -283,10 +282,8 @@ def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
     flushes = _requests(flush)
-    if writes and flushes >= FREQUENT_FLUSHES:
-        options.append(("fsync", str(max(1, round(writes / flushes)))))
-    elif writes and flushes:
-        options.append(("end_fsync", "1"))
+    if writes and flushes:  # fsyncs inside the job, so fio's runtime (the figure's time) holds them
+        options += [("fsync", str(max(1, round(writes / flushes)))), ("end_fsync", "1")]  # per clone alike
     job.options = options
     hostname = part.record.get("hostname") or part.host
     engine = "O_DIRECT, libaio at that depth" if direct else \
