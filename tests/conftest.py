@@ -111,6 +111,7 @@ def validate_in_workers(monkeypatch):
         shares.POOL_MIN_LEAVES = 0 if asked else 10 ** 9
         with monkeypatch.context() as m:
             m.setattr(shares, "workers_here", lambda: 2)
+            m.setattr(shares, "MIN_SHARE_LEAVES", 1)  # about a system a share
             _, other = unwrapped(*args, **kwargs)
         shares.POOL_MIN_LEAVES = asked
         pkg, found = unwrapped(*args, **kwargs)

@@ -383,6 +383,7 @@ def test_workers_change_no_finding(fresh, monkeypatch):
     alone = checker.validate(root)[1]
     monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
     monkeypatch.setattr(shares, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)  # several shares, even of a small package
     assert checker.validate(root)[1] == alone
     monkeypatch.setattr(shares, "_work", lambda *a: os._exit(1))  # workers that die
     assert checker.validate(root)[1] == alone

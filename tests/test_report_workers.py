@@ -31,6 +31,7 @@ def test_reportgen_in_workers_writes_what_one_process_writes(tmp_path, monkeypat
     alone = _written(here)
     monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
     monkeypatch.setattr(shares, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)  # several shares, even of a small package
     assert _written(forks) == alone
 
 
@@ -40,6 +41,7 @@ def test_status_in_workers_gives_the_rows_of_one_process(monkeypatch):
     alone = status.table(REALDATA)
     monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0)
     monkeypatch.setattr(shares, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)
     assert status.table(REALDATA) == alone and alone
 
 

@@ -36,6 +36,7 @@ def findings(root: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> list[
     """validate's findings in this process, or in two forked workers (even on one core)."""
     monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0 if pooled else 10 ** 9)
     monkeypatch.setattr(shares, "workers_here", lambda: 2)
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)  # several shares, even of a small package
     return [f.as_dict() for f in checker.validate(root)[1]]
 
 
