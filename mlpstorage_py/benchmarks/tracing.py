@@ -8,7 +8,6 @@ replay is distilled once the leaf's metadata is written (it reads whether the ru
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -27,15 +26,8 @@ def prepared(bench: Any) -> Iterator[None]:
     if not bench.request.arg("trace_io"):
         yield
         return
-    before = os.environ.get(heartbeat.WORK_MARK_ENV)
-    os.environ[heartbeat.WORK_MARK_ENV] = str(heartbeat.new_mark())
-    try:
+    with heartbeat.marked(heartbeat.new_mark()):
         yield
-    finally:
-        if before is None:
-            os.environ.pop(heartbeat.WORK_MARK_ENV, None)
-        else:
-            os.environ[heartbeat.WORK_MARK_ENV] = before
 
 
 def traced_hosts(bench: Any, plan: Any) -> list[str]:

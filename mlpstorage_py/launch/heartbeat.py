@@ -15,13 +15,14 @@ deadline, and a hung one (an ssh that never answers, a rank stuck in an import) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 TAG = "MLPS-RANK-STARTED"
 # A run's work mark (trace/bpf.py): getpgid() of a number no pid reaches (pid_max is at most
@@ -35,6 +36,21 @@ MARK_RANGE = (1 << 22, 1 << 31)
 def new_mark() -> int:
     """A traced run's own mark."""
     return MARK_RANGE[0] + secrets.randbelow(MARK_RANGE[1] - MARK_RANGE[0])
+
+
+@contextlib.contextmanager
+def marked(mark: int) -> Iterator[None]:
+    """The work mark in this process's environment for the block (what it starts inherits it),
+    what was there before restored after."""
+    before = os.environ.get(WORK_MARK_ENV)
+    os.environ[WORK_MARK_ENV] = str(mark)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(WORK_MARK_ENV, None)
+        else:
+            os.environ[WORK_MARK_ENV] = before
 
 
 def mark_work() -> None:

@@ -331,14 +331,9 @@ def tracing(hosts: list[str], data_paths: list[str], remote_shell: list[str] | N
     tracer = TraceSession(hosts, data_paths, remote_shell, workdir, mark)
     entered = False
     try:
-        with tracer:
+        with tracer, heartbeat.marked(mark):
             entered = True
-            os.environ[heartbeat.WORK_MARK_ENV] = str(mark)
             yield
     finally:
-        if before is None:
-            os.environ.pop(heartbeat.WORK_MARK_ENV, None)
-        else:
-            os.environ[heartbeat.WORK_MARK_ENV] = before
         if entered:
             keep(tracer.record())
