@@ -14,10 +14,11 @@ next range. Without that, every page of a checkpoint is a page the kernel takes 
 memory, and what that costs depends on the host's state, not on storage: on a VM whose balloon
 reports free memory to its host (free page reporting returns 2 MiB blocks about 2 s after they
 are freed), each such page is a host fault on first touch. Measured there (bench/
-checkpoint_vs_fio.py, block traces): copying into reported pages ran at ~0.3 GiB/s per core
-against ~10 GiB/s into recycled ones, so cold reads kept the disk busy 40 % of the time and
+checkpoint_vs_fio.py, block traces, kernel stack samples in the page-cache copy): touching
+reported pages ran at ~0.3 GiB/s per core against ~10 GiB/s for pages freed a moment before, so
+cold reads kept the disk busy 40 % of the time and
 reached 0.6x of an fio that happened to start right after another process freed a GiB; with the
-pages recycled, the disk is busy ~95 % of the read. Every byte still comes from or goes to the
+pages recycled, the disk is busy ~90 % of the read. Every byte still comes from or goes to the
 device (eviction only drops what was already consumed or written back), the page cache is still
 dropped before reads, and a later read of the same file cannot be served from cache either.
 """
