@@ -27,6 +27,7 @@ bound (a power of two, as a decimal string): count}:
                       "ops": {"read"|"write"|"flush": {same as above, no percentiles needed,
                                                        "first_s": t, "last_s": t,  # first/last issue
                                                        "in_flight": x}},  # mean while issuing
+                      "fsyncs": n,            # its fsync/fdatasync calls (block level, work only)
                       "in_flight_mean": x}]}},   # mean over the whole trace
      "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
                                    # I/O no client host issued (writeback)

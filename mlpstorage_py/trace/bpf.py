@@ -46,6 +46,7 @@ READ, WRITE, FLUSH = 0, 1, 2
 
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
 RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast", "@stid")
+BLOCK_RESULT_MAPS = ("@sfsync",)  # only the block program defines it
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
 _BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
@@ -80,7 +81,9 @@ RQ = "(uint64)args->dev, args->sector"
 # of the work (its enqueue on the dirty list runs in the writer's context) names that process;
 # while a writeback thread writes that inode back, its requests are the writer's. An inode is
 # forgotten once its writeback wrote less than it was allowed (nothing dirty was left), or when
-# its writer fsyncs it (that writeback runs in the writer's own context). The map holds what
+# its writer fsyncs it (that writeback runs in the writer's own context). A work process's
+# fsync calls are counted too (`@sfsync[owner]`): the block layer merges concurrent flushes, so
+# its flush requests undercount them. The map holds what
 # the kernel's map size allows (4,096 inodes dirty at once by default); beyond that the
 # writeback is the kernel threads' again.
 WHO = ("$own = " + OWNER + "; $who = comm; "
@@ -95,6 +98,7 @@ tracepoint:writeback:writeback_single_inode /@wbino[tid]/ {{
   if (args->wrote < (uint64)args->nr_to_write) {{ delete(@iown[(uint64)args->ino]); delete(@icomm[(uint64)args->ino]); }}
 }}
 tracepoint:syscalls:sys_enter_fsync, tracepoint:syscalls:sys_enter_fdatasync /@work[pid]/ {{
+  @sfsync[{OWNER}] = count();
   $t = curtask;
   if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
     $i = (uint64)(*($t->files->fdt->fd + args->fd))->f_inode->i_ino;
@@ -233,8 +237,9 @@ def program(targets: list[Target], mark: int | None = None) -> str:
     block = sorted({t.dev for t in targets if t.level == "block"})
     vfs = sorted({t.dev for t in targets if t.level == "vfs"})
     helpers = sorted(set((_BLOCK_HELPERS if block else ()) + (_VFS_HELPERS if vfs else ())))
-    prints = " ".join(f"print({m});" for m in RESULT_MAPS)
-    clears = " ".join(f"clear({m});" for m in RESULT_MAPS + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
+    results = RESULT_MAPS + (BLOCK_RESULT_MAPS if block else ())
+    prints = " ".join(f"print({m});" for m in results)
+    clears = " ".join(f"clear({m});" for m in results + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
     sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
     marks = "" if mark is None else \
         f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {int(mark)}/ {{ @work[pid] = 1; }}\n"

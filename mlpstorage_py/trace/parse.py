@@ -220,6 +220,7 @@ class Collector:
             owner, dev, op, comm = _stream_key(key)
             busy[(owner, dev, op, comm)] = busy.get((owner, dev, op, comm), 0) + int(value)
         first, last = self._window("@sfirst"), self._window("@slast")
+        fsyncs = {_ints(key, 1)[0]: int(value) for key, value in self.maps.get("@sfsync", {}).items()}
         threads: dict[tuple[int, int, int], int] = {}
         for key in self.maps.get("@stid", {}):
             owner_dev_op = _ints(key, 4)[:3]
@@ -236,6 +237,7 @@ class Collector:
                 busy_us = busy.get((owner, dev, i, comm), 0)
                 entry["in_flight"] = round(busy_us / (active * 1e6), 4) if active > 0 else None
                 entry["threads"] = threads.get((owner, dev, i), 0) if entry["requests"] else 0
+            stream["fsyncs"] = fsyncs.get(owner, 0)
             total_us = sum(busy.get((owner, dev, i, comm), 0) for i in range(len(OPS)))
             stream["in_flight_mean"] = round(total_us / (span_s * 1e6), 4) if span_s > 0 else None
             out.append(stream)

@@ -281,7 +281,7 @@ def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
     offered = {d: max(1, round(v / clones)) for d, v in rates(part, read, write).items()} if pace else {}
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
-    flushes = _requests(flush)
+    flushes = max(_requests(flush), int(stream.get("fsyncs") or 0)) if write is not None else 0
     if writes and flushes:  # fsyncs inside the job, so fio's runtime (the figure's time) holds them
         options += [("fsync", str(max(1, round(writes / flushes)))), ("end_fsync", "1")]  # per clone alike
     job.options = options
