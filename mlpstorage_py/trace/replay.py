@@ -20,8 +20,8 @@ done, and what it forks), in older traces the ranks' streams; kernel threads' st
 (writeback, a journal) and streams with under TRIVIAL_SHARE of the traced bytes are left out
 too, and the header says so.
 
-Phases: a stream whose writes all came before its reads (or after) is two jobs on one file, a
-write job and a read job; jobs whose first-to-last request windows overlap run together, and
+Phases: a stream whose writes all came before its reads (or after) is two jobs on the same
+files, a write job and a read job; jobs whose first-to-last request windows overlap run together, and
 each later group waits for the one before (`stonewall`), as a checkpoint's writes, cache drop
 and reads did. fio invalidates a file's page cache before a job reads it (its default), so a
 read job after a write job reads from the device.
@@ -81,6 +81,7 @@ class Part:
     op: str | None = None
     start: float | None = None
     end: float | None = None
+    phase: int = 0
 
 
 def size_text(n: int) -> str:
@@ -212,8 +213,8 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
             left.append(stream)
             continue
         parts += split(Part(index, host, record, stream))
-    phases = phase_of(parts)
-    made = [_job(part, direct, phases[id(part)], pace) for part in parts]
+    set_phases(parts)
+    made = [_job(part, direct, pace) for part in parts]
     return sorted(made, key=lambda job: job.phase), left
 
 
@@ -231,21 +232,20 @@ def split(part: Part) -> list[Part]:
     return [part]
 
 
-def phase_of(parts: list[Part]) -> dict[int, int]:
-    """id(part) -> its phase: parts whose windows overlap (directly or through others) share one,
-    numbered in time order; every part is in phase 0 when any has no window."""
+def set_phases(parts: list[Part]) -> None:
+    """Each part's phase: parts whose windows overlap (directly or through others) share one,
+    numbered in time order; every part stays in phase 0 when any has no window."""
     if any(p.start is None or p.end is None for p in parts):
-        return {id(p): 0 for p in parts}
-    phase, until, found = -1, float("-inf"), {}
+        return
+    phase, until = -1, float("-inf")
     for part in sorted(parts, key=lambda p: (p.start, p.end)):
         if part.start > until:
             phase += 1
         until = max(until, part.end)
-        found[id(part)] = phase
-    return found
+        part.phase = phase
 
 
-def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
+def _job(part: Part, direct: bool, pace: bool) -> Job:
     """One part's job: the rules of the module docstring."""
     stream, ops = part.stream, part.stream.get("ops") or {}
     read = ops.get("read") if part.op in (None, "read") else None
@@ -254,7 +254,7 @@ def _job(part: Part, direct: bool, phase: int, pace: bool = False) -> Job:
     pid, comm, device = stream.get("pid", 0), str(stream.get("comm") or ""), str(stream.get("device") or "")
     base = f"h{part.index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
     job = Job(base + (f"-{part.op}" if part.op else ""), part.host, stream, read_bytes=_bytes(read),
-              write_bytes=_bytes(write), phase=phase)
+              write_bytes=_bytes(write), phase=part.phase)
     floor = DIRECT_MIN_BLOCK if direct else MIN_BLOCK
     splits = {d: bssplit(op.get("size_hist") or {}, floor) for d, op in (("read", read), ("write", write)) if _bytes(op)}
     reads, writes = _requests(read), _requests(write)
