@@ -190,8 +190,9 @@ def test_block_trace_of_a_direct_write_and_a_cold_read(tmp_path, worker):
 
 def test_the_work_mark_starts_a_stream_and_passes_to_forks(tmp_path, worker):
     """A process's I/O before it gives the run's mark (heartbeat.mark_work) and after are two
-    streams, only the second the run's work (another run's mark is not this run's); a child it forks after the mark is the run's too. Each op of a
-    stream says when its requests were first and last issued: the writes before the cold read."""
+    streams, only the second the run's work (another run's mark is not this run's); a child it
+    forks after the mark is the run's too. Each op of a stream says when its requests were first
+    and last issued (the writes before the cold read) and which files the work closed."""
     require_tracing()
     folder, disk = block_dir(tmp_path)
     for name in ("before", "after"):
@@ -215,6 +216,10 @@ def test_the_work_mark_starts_a_stream_and_passes_to_forks(tmp_path, worker):
     write, got = work["ops"]["write"], work["ops"]["read"]
     assert start["ops"]["write"]["last_s"] <= write["first_s"] <= write["last_s"] < got["first_s"] <= got["last_s"]
     assert write["in_flight"] > 0 and got["in_flight"] > 0
+    # the files the work closed, with their sizes: one written, the same one read (the test's own
+    # open of it for the cache drop is not the work's; the child exits without a close)
+    assert (write["files"], write["file_bytes"], got["files"], got["file_bytes"]) == (1, 4 * MIB, 1, 4 * MIB), work
+    assert start["ops"]["write"]["files"] == 0 and forked["ops"]["write"]["files"] == 0
 
 
 def test_the_kernels_writeback_of_the_works_files_is_the_works(tmp_path, worker):

@@ -298,6 +298,70 @@ def test_a_paced_kv_run_is_one_mixed_job_at_the_runs_rate(tmp_path):
     assert sections(text)["h0-python3-101-vda"]["rate"] == str(round(2000 * 4096 / 2.0))
 
 
+def with_files(stream: dict[str, Any], **counted: tuple[int, int]) -> dict[str, Any]:
+    """The stream with the files its process closed per op: (how many, their bytes)."""
+    for name, (files, nbytes) in counted.items():
+        stream["ops"][name].update(files=files, file_bytes=nbytes)
+    return stream
+
+
+def kv_like() -> dict[str, Any]:
+    """A KV rank: 64 MiB of 1 MiB writes into 8 files of 8 MiB, each fsync'd once, while it read
+    32 MiB out of 16 files of 2 MiB, by 2 threads, over overlapping windows."""
+    stream = {"pid": 103, "comm": "python3", "device": "vda", "kernel_thread": False, "in_flight_mean": 1.0,
+              "work": True, "fsyncs": 8,
+              "ops": {"write": op(64, {MIB: 64}, 0.9), "read": op(32, {MIB: 32}, 0.8), "flush": op(0, {}, 0.0, {}, 0)}}
+    stream = windowed(stream, write=(0.1, 2.1), read=(0.5, 1.5))
+    stream["ops"]["write"]["threads"] = stream["ops"]["read"]["threads"] = 2
+    return trace([with_files(stream, write=(8, 64 * MIB), read=(16, 32 * MIB))], duration_s=3.0)
+
+
+@needs_fio
+def test_a_kv_run_writes_new_files_beside_reading_its_own(cli, tmp_path):
+    """Where the trace counted the files, a stream whose writes and reads overlap is a write job
+    making files of the run's size, an fsync as each closes (one per file, as the run did), beside
+    a read job reading files of its own size, at each direction's rate; not one mixed job, which
+    would read back what it had just written from the page cache. Run for real: each job made
+    the files it says, and moved the stream's bytes."""
+    text = replay.distill(kv_like(), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
+    jobs = sections(text)
+    write, read = jobs["h0-python3-103-vda-write"], jobs["h0-python3-103-vda-read"]
+    assert "stonewall" not in text and "filename_format" not in write and "filename_format" not in read
+    assert (write["rw"], write["numjobs"], write["size"], write["nrfiles"], write["filesize"]) == ("write", "2", "32m", "4", "8m")
+    assert write["fsync_on_close"] == "1" and "fsync" not in write and "end_fsync" not in write
+    assert (read["rw"], read["size"], read["nrfiles"], read["filesize"]) == ("read", "16m", "8", "2m")
+    assert write["rate"] == "," + str(round(64 * MIB / 2.0 / 2)) and read["rate"] == str(round(32 * MIB / 1.0 / 2))
+    assert "the process closed 8 it wrote" in text and "closed 16 it read" in text
+    leaf = make_leaf(tmp_path / "leaf", kv_like(), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
+    target = tmp_path / "target"
+    target.mkdir()
+    result = cli("replay", leaf, "--directory", target, "--runtime-cap", "60")
+    assert result.rc == 0, result.err
+    made = sorted(p.name for p in target.iterdir())
+    assert made == sorted([f"h0-python3-103-vda-write.{j}.{f}" for j in range(2) for f in range(4)]
+                          + [f"h0-python3-103-vda-read.{j}.{f}" for j in range(2) for f in range(8)]), made
+    assert {(target / name).stat().st_size for name in made if "-write." in name} == {8 * MIB}
+    record = json.loads(next(leaf.glob("replay_*.json")).read_text())
+    assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (64 * MIB, 32 * MIB)
+
+
+def test_a_checkpoints_read_job_reads_the_files_its_write_job_made():
+    """Writes, then reads of the same files (a checkpoint): the two jobs of a rank share the
+    files by name, file by file, each as large as the run's, and one fsync per file is
+    fsync_on_close; without counted files a stream keeps one file per clone."""
+    record = checkpoint_like()
+    for stream in record["hosts"]["host0"]["streams"][:2]:
+        stream["fsyncs"] = 2
+        with_files(stream, write=(2, 16 * MIB), read=(2, 16 * MIB))
+    jobs = sections(replay.distill(record, {"args": {}}))
+    write, read = jobs["h0-python3-100-vda-write"], jobs["h0-python3-100-vda-read"]
+    assert write["filename_format"] == read["filename_format"] == "h0-python3-100-vda.$jobnum.$filenum"
+    assert (write["nrfiles"], write["filesize"], read["nrfiles"], read["filesize"]) == ("2", "8m", "2", "8m")
+    assert write["fsync_on_close"] == "1"
+    plain = sections(replay.distill(checkpoint_like(), {"args": {}}))["h0-python3-100-vda-write"]
+    assert "nrfiles" not in plain and plain["fsync"] == "16"
+
+
 def test_the_runs_figures_count_the_time_its_requests_were_issued():
     """The original's MiB/s: each direction's bytes over the union of the kept streams' windows
     of it (32 MiB written in 1.9 s, read in 2 s), not over the whole trace (6 s)."""

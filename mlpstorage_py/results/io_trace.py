@@ -26,7 +26,8 @@ bound (a power of two, as a decimal string): count}:
                       "work": true,           # issued after the process marked the run's work
                       "ops": {"read"|"write"|"flush": {same as above, no percentiles needed,
                                                        "first_s": t, "last_s": t,  # first/last issue
-                                                       "in_flight": x}},  # mean while issuing
+                                                       "in_flight": x,    # mean while issuing
+                                                       "files": n, "file_bytes": n}},  # read/write: files closed, their sizes
                       "fsyncs": n,            # its fsync/fdatasync calls (block level, work only)
                       "in_flight_mean": x}]}},   # mean over the whole trace
      "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
@@ -47,7 +48,10 @@ its imports are done, mlpstorage itself for an embedded database; what either fo
 stream of its own with `"work": true`; where any is, replay.fio keeps only those. A stream that
 one of the run's ranks issued carries `"rank": r` (benchmarks/tracing.py, from the ranks'
 start-up lines). first_s/last_s are seconds from the tracer's start (a process's window, shared
-by its threads' streams), null without requests.
+by its threads' streams), null without requests. `files` counts the regular files on a data
+path's filesystem the process closed (work processes only), as written when it had them open
+for writing, else as read, and `file_bytes` sums their sizes at close: replay.fio's file sizes.
+They are the process's, shared by its streams on several devices; traces from before had none.
 """
 
 from __future__ import annotations

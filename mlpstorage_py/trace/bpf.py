@@ -25,7 +25,8 @@ the owner, so replay.fio keeps the workload apart from imports, launchers and ot
 
 Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
 per process and device, the busy time too), `owner,dev,op,tid` for the threads that issued a
-process's requests of one op (not the kernel's writeback on its behalf), and `owner,dev,op` for
+process's requests of one op (not the kernel's writeback on its behalf), `owner,op` for the files
+it closed, and `owner,dev,op` for
 when a process's requests of one op were first and last issued (ms of the tracer's clock; a window
 per process, not per thread name), where owner packs the namespace, the kernel-thread flag, the
 work flag and the pid into one number (one map value, so a request's owner is never half written).
@@ -47,6 +48,7 @@ READ, WRITE, FLUSH = 0, 1, 2
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
 RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast", "@stid")
 BLOCK_RESULT_MAPS = ("@sfsync",)  # only the block program defines it
+FILE_RESULT_MAPS = ("@sfiles", "@sfbytes")  # only a program that counts files defines them
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
 _BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
@@ -103,6 +105,31 @@ tracepoint:syscalls:sys_enter_fsync, tracepoint:syscalls:sys_enter_fdatasync /@w
   if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
     $i = (uint64)(*($t->files->fdt->fd + args->fd))->f_inode->i_ino;
     delete(@iown[$i]); delete(@icomm[$i]);
+  }}
+}}
+"""
+
+
+# The files the work reads and writes, so replay.fio has the run's file sizes: when a work
+# process closes a regular file on a data path's filesystem (`files`: their superblocks' s_dev),
+# the file counts once for the process, as written when it was open for writing, else as read,
+# with its size then (`@sfiles`, `@sfbytes[owner, op]`). A file read twice counts twice (as a
+# replay reading a file of that size twice); one still open when the trace ends is not counted.
+def _files(devs: list[int]) -> str:
+    only = " || ".join(f"$dev == {d}" for d in devs)
+    return f"""
+tracepoint:syscalls:sys_enter_close /@go && @work[pid]/ {{
+  $t = curtask;
+  if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
+    $f = *($t->files->fdt->fd + args->fd);
+    if ($f != 0) {{
+      $dev = (uint64)$f->f_inode->i_sb->s_dev;
+      if ((($f->f_inode->i_mode & 0xf000) == 0x8000) && ({only})) {{
+        $op = {READ};
+        if (($f->f_mode & 2) != 0) {{ $op = {WRITE}; }}
+        @sfiles[{OWNER}, $op] = count(); @sfbytes[{OWNER}, $op] = sum((uint64)$f->f_inode->i_size);
+      }}
+    }}
   }}
 }}
 """
@@ -231,19 +258,21 @@ tracepoint:syscalls:sys_enter_{call} /@go/ {{
 """
 
 
-def program(targets: list[Target], mark: int | None = None) -> str:
+def program(targets: list[Target], mark: int | None = None, files: list[int] | None = None) -> str:
     """The program for one host's targets (at least one); `mark` is the run's work mark
-    (launch/heartbeat.new_mark), None where nothing marks its work."""
+    (launch/heartbeat.new_mark), None where nothing marks its work; `files` the kernel s_dev of
+    the data paths' filesystems, whose files the work's closes count (none: no file sizes)."""
     block = sorted({t.dev for t in targets if t.level == "block"})
     vfs = sorted({t.dev for t in targets if t.level == "vfs"})
     helpers = sorted(set((_BLOCK_HELPERS if block else ()) + (_VFS_HELPERS if vfs else ())))
-    results = RESULT_MAPS + (BLOCK_RESULT_MAPS if block else ())
+    counted = _files(sorted(set(files))) if files and mark is not None else ""
+    results = RESULT_MAPS + (BLOCK_RESULT_MAPS if block else ()) + (FILE_RESULT_MAPS if counted else ())
     prints = " ".join(f"print({m});" for m in results)
     clears = " ".join(f"clear({m});" for m in results + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
     sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
     marks = "" if mark is None else \
         f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {int(mark)}/ {{ @work[pid] = 1; }}\n"
-    return (marks + FOLLOW_WORK + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + f"""
+    return (marks + FOLLOW_WORK + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + counted + f"""
 interval:ms:{SAMPLE_MS} {{
   if (@go == 0) {{ @go = 1; printf("{READY_MARK} %llu\\n", elapsed / 1000000); }}
   else {{ printf("%llu\\n", elapsed / 1000000); {sampled} }}

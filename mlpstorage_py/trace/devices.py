@@ -76,7 +76,8 @@ def _disks(sysfs: Path) -> list[tuple[str, int]]:
 
 
 def resolve(path: str) -> dict[str, Any]:
-    """Where one data path lands: {"path", "level", "devices": [{"name", "dev", "level"}], "why"};
+    """Where one data path lands: {"path", "level", "devices": [{"name", "dev", "level"}], "why",
+    "fs_dev": its filesystem's superblock device (kernel form), whose files the tracer counts};
     level "unreadable" (a reason to refuse) where this host may not look at the path."""
     if path.startswith("s3://"):
         return {"path": path, "level": "object", "devices": [],
@@ -94,9 +95,9 @@ def resolve(path: str) -> dict[str, Any]:
         sysfs = Path("/sys/class/block") / name
     disks = _disks(sysfs) if sysfs.exists() else []
     if disks:
-        return {"path": path, "level": "block", "why": "",
+        return {"path": path, "level": "block", "why": "", "fs_dev": kernel_dev(major, minor),
                 "devices": [{"name": name, "dev": dev, "level": "block"} for name, dev in disks]}
-    return {"path": path, "level": "vfs",
+    return {"path": path, "level": "vfs", "fs_dev": kernel_dev(major, minor),
             "devices": [{"name": f"{fstype}:{point}", "dev": kernel_dev(major, minor), "level": "vfs"}],
             "why": f"{path} is on {fstype} ({source}), with no block device behind it: traced at the "
                    "read/write/fsync system calls of the files on it (Rules 6.5.2)"}

@@ -221,6 +221,7 @@ class Collector:
             busy[(owner, dev, op, comm)] = busy.get((owner, dev, op, comm), 0) + int(value)
         first, last = self._window("@sfirst"), self._window("@slast")
         fsyncs = {_ints(key, 1)[0]: int(value) for key, value in self.maps.get("@sfsync", {}).items()}
+        files = {name: self._per_owner_op(name) for name in ("@sfiles", "@sfbytes")}
         threads: dict[tuple[int, int, int], int] = {}
         for key in self.maps.get("@stid", {}):
             owner_dev_op = _ints(key, 4)[:3]
@@ -237,11 +238,22 @@ class Collector:
                 busy_us = busy.get((owner, dev, i, comm), 0)
                 entry["in_flight"] = round(busy_us / (active * 1e6), 4) if active > 0 else None
                 entry["threads"] = threads.get((owner, dev, i), 0) if entry["requests"] else 0
+                if op != "flush":  # the files the process closed (on any of its devices), and their bytes
+                    entry["files"] = files["@sfiles"].get((owner, i), 0)
+                    entry["file_bytes"] = files["@sfbytes"].get((owner, i), 0)
             stream["fsyncs"] = fsyncs.get(owner, 0)
             total_us = sum(busy.get((owner, dev, i, comm), 0) for i in range(len(OPS)))
             stream["in_flight_mean"] = round(total_us / (span_s * 1e6), 4) if span_s > 0 else None
             out.append(stream)
         return sorted(out, key=lambda s: -sum(e["bytes"] for e in s["ops"].values()))
+
+    def _per_owner_op(self, name: str) -> dict[tuple[int, int], int]:
+        """(owner, op) -> the value of an `owner,op` map, repeated keys summed."""
+        found: dict[tuple[int, int], int] = {}
+        for key, value in self.maps.get(name, {}).items():
+            owner, op = _ints(key, 2)
+            found[(owner, op)] = found.get((owner, op), 0) + int(value)
+        return found
 
     def _window(self, name: str) -> dict[tuple[int, int, int], float]:
         """(owner, dev, op) -> seconds since the tracer started counting, from a min/max map."""

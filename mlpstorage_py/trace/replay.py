@@ -9,8 +9,10 @@ How each field is derived (ManPage.md, `replay`, says the same):
 - numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
   of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
   libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered;
-- size: the stream's bytes; fsync=N when it flushed (N writes per flush: fio counts an fsync
-  inside a job's runtime, and not the one end_fsync=1 adds for the tail);
+- size: the stream's bytes; nrfiles and filesize: where the trace counted the files the work
+  closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
+  fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
+  and not the one end_fsync=1 adds for the tail), fsync_on_close=1 when it flushed once a file;
 - rate: for a run that paces its own I/O (configs/tool.yaml replay.paced: KV users, DLIO's
   emulated computation, query clients), each direction's bytes over its window, so the replay
   offers the run's load rather than the array's limit.
@@ -21,7 +23,11 @@ done, and what it forks), in older traces the ranks' streams; kernel threads' st
 too, and the header says so.
 
 Phases: a stream whose writes all came before its reads (or after) is two jobs on the same
-files, a write job and a read job; jobs whose first-to-last request windows overlap run together, and
+files, a write job and a read job. A stream whose writes and reads overlap is one mixed job, or,
+where the trace counted its files, a write job making its files beside a read job reading its
+own (fio lays those out before the jobs start), as a KV cache writes new entries while it reads
+older ones: a mixed job would read back what it has just written, from the page cache. Jobs
+whose first-to-last request windows overlap run together, and
 each later group waits for the one before (`stonewall`), as a checkpoint's writes, cache drop
 and reads did. fio invalidates a file's page cache before a job reads it (its default), so a
 read job after a write job reads from the device.
@@ -82,6 +88,7 @@ class Part:
     start: float | None = None
     end: float | None = None
     phase: int = 0
+    shared: bool = False  # a direction of a stream whose other direction's job uses the same files
 
 
 def size_text(n: int) -> str:
@@ -111,6 +118,15 @@ def bssplit(hist: dict[str, int], floor: int) -> tuple[str, int, int]:
         shares[size] += 1
     kept = sorted(s for s, pct in shares.items() if pct > 0)
     return ":".join(f"{size_text(s)}/{shares[s]}" for s in kept), kept[0], kept[-1]
+
+
+def file_size(op: dict[str, Any] | None, floor: int) -> int:
+    """The mean size of the files one direction touched, in whole `floor` blocks; 0 where the
+    trace did not count them (or they hold less than a block each)."""
+    files, total = int((op or {}).get("files") or 0), int((op or {}).get("file_bytes") or 0)
+    if not files or total < files * floor:
+        return 0
+    return round(total / files / floor) * floor
 
 
 def direct_io(metadata: dict[str, Any] | None) -> bool:
@@ -219,15 +235,18 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
 
 
 def split(part: Part) -> list[Part]:
-    """A stream as one part, or as a write part and a read part when the trace shows its writes
-    and its reads at different times."""
+    """A stream as one part, or as a write part and a read part: on the same files when the
+    trace shows its writes and its reads at different times, on files of their own when they
+    overlap and the trace counted the files of both."""
     ops = part.stream.get("ops") or {}
     moving = [d for d in ("write", "read") if _bytes(ops.get(d))]
     windows = {d: (ops[d].get("first_s"), ops[d].get("last_s")) for d in moving}
     if any(None in w for w in windows.values()):
         return [part]
-    if len(moving) == 2 and (windows["write"][1] < windows["read"][0] or windows["read"][1] < windows["write"][0]):
-        return [Part(part.index, part.host, part.record, part.stream, d, *windows[d]) for d in moving]
+    if len(moving) == 2:
+        apart = windows["write"][1] < windows["read"][0] or windows["read"][1] < windows["write"][0]
+        if apart or all(file_size(ops[d], MIN_BLOCK) for d in moving):
+            return [Part(part.index, part.host, part.record, part.stream, d, *windows[d], shared=apart) for d in moving]
     part.start, part.end = min(w[0] for w in windows.values()), max(w[1] for w in windows.values())
     return [part]
 
@@ -276,13 +295,20 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
                 ("iodepth", str(max(1, round(depth / clones)))), ("numjobs", str(clones))]
     size = max(largest, round((job.read_bytes + job.write_bytes) / clones / smallest) * smallest)
     options.append(("size", size_text(size)))
-    if part.op:  # the write job and the read job of one stream share its files, clone by clone
-        options.append(("filename_format", f"{base}.$jobnum"))
+    per_file = file_size(read or write, floor) if read is None or write is None else 0
+    count = max(1, round(size / per_file)) if per_file else 0
+    if count:  # the run's files: as many of their mean size as the clone's bytes fill
+        options += [("nrfiles", str(count)), ("filesize", size_text(per_file)), ("file_service_type", "sequential")]
+    if part.shared:  # the write job and the read job of one stream share its files, clone by clone
+        options.append(("filename_format", f"{base}.$jobnum" + (".$filenum" if count else "")))
     offered = {d: max(1, round(v / clones)) for d, v in rates(part, read, write).items()} if pace else {}
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
     flushes = max(_requests(flush), int(stream.get("fsyncs") or 0)) if write is not None else 0
-    if writes and flushes:  # fsyncs inside the job, so fio's runtime (the figure's time) holds them
+    written = int((write or {}).get("files") or 0) if count else 0
+    if writes and flushes and written and abs(flushes - written) <= max(1, written // 10):
+        options.append(("fsync_on_close", "1"))  # a flush per file, as it closes (inside the runtime)
+    elif writes and flushes:  # fsyncs inside the job, so fio's runtime (the figure's time) holds them
         options += [("fsync", str(max(1, round(writes / flushes)))), ("end_fsync", "1")]  # per clone alike
     job.options = options
     hostname = part.record.get("hostname") or part.host
@@ -294,6 +320,11 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
                    f"{writes} writes {job.write_bytes} B, {flushes} flushes{when}",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
+    if count:
+        touched = read if write is None else write
+        job.comment.append(f"files: the process closed {touched.get('files')} it {'wrote' if write else 'read'}, "
+                           f"{per_file} B each on average; {count} per clone"
+                           + ("" if part.shared or not part.op or write else " (fio lays them out before the jobs start)"))
     if clones > 1:
         job.comment.append(f"{clones} threads issued its requests: {clones} clones (numjobs), each a share of the bytes"
                            + (" and of the rate" if offered else ""))
@@ -328,7 +359,7 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
     lines = [f"; replay.fio: the I/O of {leaf}, as fio jobs (written by mlpstorage replay)",
              f"; traced at {LEVELS[level]} over {float(trace.get('duration_s') or 0):.1f} s "
              f"on {len(trace.get('hosts') or {})} host(s)",
-             f"; reproduces: {len(made)} stream(s), each its own job on its own file: {reads} B read, "
+             f"; reproduces: {len(made)} job(s) of the run's streams, each on its own files: {reads} B read, "
              f"{writes} B written, in each stream's request sizes, mix, order, depth and flushes"]
     kernel = [s for s in left if s.get("kernel_thread")]
     if kernel:

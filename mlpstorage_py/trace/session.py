@@ -124,7 +124,8 @@ class _Tracer:
 
     def start(self, workdir: Path, index: int, shell: list[str], mark: int | None) -> None:
         self.program = workdir / f"io-trace-{uuid.uuid4().hex[:12]}-{index}.bt"
-        self.program.write_text(program(self.targets, mark), encoding="utf-8")
+        filesystems = [int(p["fs_dev"]) for p in self.answer["paths"] if p.get("fs_dev") is not None]
+        self.program.write_text(program(self.targets, mark, filesystems), encoding="utf-8")
         parent = os.getpid()
         if self.local:
             argv = agent.bpftrace_argv(self.answer["bpftrace"], self.program)
