@@ -1,5 +1,5 @@
 """results.tree.aside: a function worked out in a forked process answers as the function does,
-and an error it meets is raised in the caller, where it belongs."""
+its head first, and an error it meets is raised in the caller, where it belongs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mlpstorage_py.results.tree.aside import Aside
 
 def test_the_answer_comes_back_whole():
     parent = os.getpid()
-    answer = Aside(lambda: {"pid": os.getpid(), "data": [1, 2.5, None, "x"]}).result()
+    answer = Aside(lambda: {"pid": os.getpid(), "data": [1, 2.5, None, "x"]}, len).result()
     assert answer["data"] == [1, 2.5, None, "x"]
     assert answer["pid"] != parent or not hasattr(os, "fork")
 
@@ -22,4 +22,36 @@ def test_an_error_is_raised_here():
         raise ValueError("broken")
 
     with pytest.raises(ValueError, match="broken"):
-        Aside(broken).result()
+        Aside(broken, len).result()
+
+
+def test_the_head_comes_first_and_the_answer_after():
+    aside = Aside(lambda: {"edition": "3.0", "leaves": list(range(1000))}, lambda found: found["edition"])
+    assert aside.head() == "3.0"
+    assert aside.result()["leaves"] == list(range(1000))
+    assert aside.head() == "3.0"
+
+
+def test_an_error_is_raised_by_the_head_too():
+    def broken() -> None:
+        raise ValueError("broken")
+
+    with pytest.raises(ValueError, match="broken"):
+        Aside(broken, len).head()
+
+
+def test_a_forked_child_of_the_caller_works_it_out_itself():
+    """A worker forked after the aside never reads the caller's pipe (the answer stays the caller's)."""
+    aside = Aside(lambda: os.getpid(), lambda pid: pid)
+    if not hasattr(os, "fork"):
+        return
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the worker: its own answer, worked out here
+        os.write(write, str(aside.result()).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    assert int(os.read(read, 64)) == child
+    os.close(read)
+    assert aside.head() != child and aside.result() != child

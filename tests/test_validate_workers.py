@@ -25,7 +25,7 @@ from test_fuzz_checker import KINDS, make_outside, mutate
 from mlpstorage_py import checker
 from mlpstorage_py.checker import runner, workers
 from mlpstorage_py.checker.registry import PACKAGE, PHASE, SYSTEM, Rule
-from mlpstorage_py.results.tree import files, shares
+from mlpstorage_py.results.tree import files, package, shares
 from mlpstorage_py.results.tree.package import Package, Phase, System
 
 FAMILIES = ("training", "checkpointing", "vector_database", "kv_cache")
@@ -33,8 +33,10 @@ LEAF_PATH = re.compile(r"/results/.*/\d{8}_\d{6}(/|$)")
 
 
 def findings(root: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool) -> list[dict]:
-    """validate's findings in this process, or in two forked workers (even on one core)."""
+    """validate's findings in this process, or in two forked workers (even on one core), the
+    submission.yaml files then parsed aside (their heads taken first, the whole at the end)."""
     monkeypatch.setattr(shares, "POOL_MIN_LEAVES", 0 if pooled else 10 ** 9)
+    monkeypatch.setattr(package, "ASIDE_BYTES", 0 if pooled else 10 ** 12)
     monkeypatch.setattr(shares, "workers_here", lambda: 2)
     monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)  # several shares, even of a small package
     return [f.as_dict() for f in checker.validate(root)[1]]

@@ -148,11 +148,10 @@ def leaf_provenance(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 def _declared_edition(pkg: Package, division: str, org: str) -> str | None:
     """The rules_edition of a submission.yaml that parses, as PROV-02 compares stamps with it."""
-    found = pkg.manifest(division, org)
-    manifest = found[1] if found is not None else None
-    if not isinstance(manifest, dict) or files.UNREADABLE in manifest:
+    head = pkg.manifest_head(division, org)  # every leaf asks: the whole manifest may not be in yet
+    if head is None or files.UNREADABLE in head:
         return None
-    return str(manifest.get("rules_edition"))
+    return str(head.get("rules_edition"))
 
 
 MANIFEST = rule("PROV-02", "submissionManifest")

@@ -11,10 +11,14 @@ from mlpstorage_py.results.tree import shares
 from mlpstorage_py.results.tree.package import Package, uncollected
 
 
+@uncollected()
 def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
-    """{rule number: findings} on the package, its systems walked by `workers` forked processes."""
-    for division, org, _ in pkg.orgs:  # parsed once, here: every share asks for them
-        pkg.manifest(division, org)
+    """{rule number: findings} on the package, its systems walked by `workers` forked processes.
+    The collector is paused throughout: here the checks make few objects, and its first full
+    pass over a large package's listing held the first system by 0.3 s at
+    100,000 leaves."""
+    for division, org, _ in pkg.orgs:  # worked out once, here: every share asks for them
+        pkg.manifest_head(division, org)
         pkg.edition_of(division, org)
     found: Found = {r.number: [] for r in rules}
     # The first system is checked here: its checks load the tables, schemas and listings that
@@ -28,9 +32,8 @@ def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
             found[number].extend(findings)
         for number, items in notes.items():
             pkg.notes.setdefault(number, []).extend(items)
-    with uncollected():  # over the whole package's listing, a collection would find nothing
-        for rule, check_ in by_scope(rules)[PACKAGE]:
-            found[rule.number].extend(rule.run(check_, pkg))
+    for rule, check_ in by_scope(rules)[PACKAGE]:
+        found[rule.number].extend(rule.run(check_, pkg))
     return found
 
 

@@ -1,8 +1,10 @@
 """One function's answer worked out in a forked process while the caller goes on with other work:
 validate parses a large submission.yaml (2 s at 100,000 leaves) while the package is listed,
-on the other core. The answer comes back pickled (a tenth of the parse). Where no second core
-or no fork is to be had, or the process dies or fails, the caller works it out itself, so an
-error is raised where it belongs.
+on the other core. The answer comes back pickled (a tenth of the parse), after a small part of
+it that the caller needs sooner (head: the editions the manifests declare, which every check
+asks, while the whole manifest is wanted only by the package's own checks, at the end). Where
+no second core or no fork is to be had, or the process dies or fails, the caller works it out
+itself, so an error is raised where it belongs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
+H = TypeVar("H")
 
 
 def forkable() -> bool:
@@ -37,20 +40,24 @@ def settle() -> None:
     gc.set_threshold(CHILD_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-class Aside(Generic[T]):
-    """func() started in a forked process at once; result() its answer (func() here if none came)."""
+class Aside(Generic[T, H]):
+    """func() started in a forked process at once; head() what head_of makes of its answer,
+    which comes first, and result() the answer (func() here if none came)."""
 
-    def __init__(self, func: Callable[[], T]) -> None:
+    def __init__(self, func: Callable[[], T], head_of: Callable[[T], H]) -> None:
         self._func = func
+        self._head_of = head_of
         self._receive: Connection | None = None
         self._process: Any = None
+        self._head: tuple[H] | None = None
+        self._pid = os.getpid()
         context = multiprocessing.get_context("fork")
         try:
             receive, send = context.Pipe(duplex=False)
         except OSError:
             return
         try:
-            self._process = context.Process(target=_work, args=(func, send), daemon=True)
+            self._process = context.Process(target=_work, args=(func, head_of, send), daemon=True)
             self._process.start()
             self._receive = receive
         except OSError:
@@ -59,26 +66,49 @@ class Aside(Generic[T]):
         finally:
             send.close()
 
+    def head(self) -> H:
+        if self._head is None:
+            got = self._take()
+            self._head = (got[0],) if got is not None else (self._head_of(self.result()),)
+        return self._head[0]
+
     def result(self) -> T:
-        if self._receive is None:
-            return self._func()
+        if self._head is None:  # the head comes first
+            head = self._take()
+            if head is None:
+                return self._func()
+            self._head = head
+        got = self._take()
+        self._close(got is None)
+        return got[0] if got is not None else self._func()
+
+    def _take(self) -> tuple[Any] | None:
+        """The next message, None when the process died, failed or is not to be asked: a forked
+        child of the caller (a worker) works the answer out itself, never reading the caller's pipe."""
+        if self._receive is None or os.getpid() != self._pid:
+            return None
         try:
-            found: tuple[T] | None = (self._receive.recv(),)
+            return (self._receive.recv(),)
         except (EOFError, OSError):  # it died, or met an error func() is to raise here
-            found = None
-        finally:
-            self._receive.close()
-            self._receive = None
-        if found is None:
+            self._close(True)
+            return None
+
+    def _close(self, failed: bool) -> None:
+        if self._receive is None or os.getpid() != self._pid:
+            return
+        self._receive.close()
+        self._receive = None
+        if failed:
             self._process.terminate()
         self._process.join()
-        return found[0] if found is not None else self._func()
 
 
-def _work(func: Callable[[], Any], send: Connection) -> None:
+def _work(func: Callable[[], Any], head_of: Callable[[Any], Any], send: Connection) -> None:
     settle()
     try:
         sent = func()
+        head = head_of(sent)
     except Exception:  # noqa: BLE001 - the caller works it out again and raises it where it belongs
         return
+    send.send(head)
     send.send(sent)

@@ -403,6 +403,8 @@ class Package:
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
     systems: list[System] = field(default_factory=list)
     _manifests: dict = field(default_factory=dict, repr=False)
+    _heads: dict = field(default_factory=dict, repr=False)
+    _parsing: "aside.Aside | None" = field(default=None, repr=False)  # the manifests, parsed in a forked process
     _images: dict = field(default_factory=dict, repr=False)
     _editions: dict = field(default_factory=dict, repr=False)
     _descriptions: dict = field(default_factory=dict, repr=False)
@@ -416,14 +418,15 @@ class Package:
     def load(cls, root: Path, submitters: set[str] | None = None, manifests: bool = False) -> "Package":
         """The package's leaves and organizations; a new Package is a new reading of the files.
         With `manifests` (validate asks for them before any leaf is checked), large submission.yaml
-        files are parsed in a forked process while the systems are listed."""
+        files are parsed in a forked process while the systems are listed; their heads are taken
+        in here, the whole manifests when first asked for (the package's checks, at the end)."""
         files.start(root)
         pkg = cls(root)
         for division in DIVISIONS:  # only <division>/: the trash below .mlps/ is never a leaf
             for org_dir in _subdirs(root / division):
                 if not submitters or org_dir.name in submitters:
                     pkg.orgs.append((division, org_dir.name, org_dir))
-        parsing = aside.Aside(pkg._parsed_manifests) if manifests and pkg._manifest_bytes() >= ASIDE_BYTES \
+        parsing = aside.Aside(pkg._parsed_manifests, _heads_of) if manifests and pkg._manifest_bytes() >= ASIDE_BYTES \
             and aside.forkable() else None
         for division, org, org_dir in pkg.orgs:
             for system_dir in _subdirs(org_dir / "results"):
@@ -435,7 +438,8 @@ class Package:
                 pkg.systems.append(system)
                 pkg.leaves.extend(system.leaves)
         if parsing is not None:
-            pkg._manifests.update(parsing.result())
+            pkg._heads.update(parsing.head())
+            pkg._parsing = parsing
         return pkg
 
     def _manifest_path(self, division: str, org: str) -> Path:
@@ -506,20 +510,31 @@ class Package:
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
         """<division>/<org>/submission.yaml, parsed once per reading."""
+        if self._parsing is not None:
+            self._manifests.update(self._parsing.result())
+            self._parsing = None
         if (division, org) not in self._manifests:
             path = self._manifest_path(division, org)
             present = files.kind_of(path) in (files.FILE, files.LINK)  # a link is named unreadable, not followed
             self._manifests[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
         return self._manifests[(division, org)]
 
+    def manifest_head(self, division: str, org: str) -> dict | None:
+        """The entries of submission.yaml that every leaf's checks ask about (its edition, and
+        whether it was unreadable), None when there is none or it is not a mapping: known before
+        the whole manifest is taken in."""
+        if (division, org) not in self._heads:
+            self._heads[(division, org)] = _head_of(self.manifest(division, org))
+        return self._heads[(division, org)]
+
     def edition_of(self, division: str, org: str) -> str:
         """The edition a submission declares in submission.yaml, else the current edition."""
         if (division, org) not in self._editions:
             known = tables.editions()["editions"]
             chosen = tables.editions()["current_edition"]
-            found = self.manifest(division, org)
-            if found and isinstance(found[1], dict) and str(found[1].get("rules_edition")) in known:
-                chosen = str(found[1].get("rules_edition"))
+            head = self.manifest_head(division, org)
+            if head is not None and str(head.get("rules_edition")) in known:
+                chosen = str(head.get("rules_edition"))
             self._editions[(division, org)] = chosen
         return self._editions[(division, org)]
 
@@ -537,3 +552,16 @@ class Package:
                     data = sut
             self._descriptions[key] = (data, problem, path)
         return self._descriptions[key]
+
+
+# The entries of a manifest that a leaf's checks read (Package.manifest_head).
+HEAD_KEYS = ("rules_edition", files.UNREADABLE)
+
+
+def _head_of(found: tuple[Path, Any] | None) -> dict | None:
+    manifest = found[1] if found is not None else None
+    return {k: manifest[k] for k in HEAD_KEYS if k in manifest} if isinstance(manifest, dict) else None
+
+
+def _heads_of(manifests: dict) -> dict:
+    return {key: _head_of(found) for key, found in manifests.items()}
