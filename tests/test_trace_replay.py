@@ -105,8 +105,9 @@ def test_distilled_job_parses_and_follows_the_trace(tmp_path):
     assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "8", "8000k")
     assert (mix["rw"], mix["rwmixread"], mix["bssplit"], mix["fsync"], mix["iodepth"]) == \
         ("readwrite", "75", "64k/100,4k/60:64k/40", "10", "1")
-    for job in (write, read, mix):
-        assert (job["ioengine"], job["direct"], job["numjobs"]) == ("psync", "0", "1")
+    for job in (write, read, mix):  # the device's requests: O_DIRECT, whatever the run's buffering
+        assert (job["ioengine"], job["direct"], job["numjobs"]) == ("libaio", "1", "1")
+    assert text.count("the run was buffered, its page cache made these requests") == 3
     traced = sum(replay.stream_bytes(s) for s in (seq_write(), rand_read(), mixed()))
     assert abs(sum(fio_bytes(j["size"]) for j in (write, read, mix)) - traced) < 4096 * 3
     assert "/r/leaf" in text.splitlines()[0] and "block layer" in text.splitlines()[1]
@@ -120,10 +121,17 @@ def test_bssplit_percentages_sum_to_100_by_count():
 
 
 def test_direct_run_gets_libaio_at_the_observed_depth():
-    """A run whose metadata says O_DIRECT: libaio, direct=1, iodepth the rounded in-flight mean."""
+    """A run whose metadata says O_DIRECT: libaio, direct=1, iodepth the rounded in-flight mean;
+    traced at the system calls (no disk behind the data), a buffered run replays buffered (psync,
+    the run's calls) and an O_DIRECT one direct."""
     text = replay.distill(trace([rand_read()]), {"args": {"o_direct": True}})
     job = sections(text)["h0-python3-101-vda"]
     assert (job["ioengine"], job["direct"], job["iodepth"]) == ("libaio", "1", "8")
+    assert "O_DIRECT as the run" in text
+    vfs = [{**rand_read(), "device": "tmpfs:/mnt"}]
+    buffered = sections(replay.distill(trace(vfs, level="vfs"), {"args": {}}))["h0-python3-101-tmpfs_mnt"]
+    direct = sections(replay.distill(trace(vfs, level="vfs"), {"args": {"o_direct": True}}))["h0-python3-101-tmpfs_mnt"]
+    assert (buffered["ioengine"], buffered["direct"], direct["ioengine"], direct["direct"]) == ("psync", "0", "libaio", "1")
 
 
 def test_each_host_gets_its_jobs_and_trivial_streams_are_left_out():
@@ -429,6 +437,31 @@ def test_missing_directory_and_missing_fio(cli, tmp_path, monkeypatch):
     result = cli("replay", leaf, "--directory", tmp_path)
     assert result.rc == 3 and "fio is not installed" in result.err
     assert not list(leaf.glob("replay*"))  # nothing written before the run could start
+
+
+@needs_fio
+def test_a_directory_that_refuses_o_direct_is_named_before_fio_starts(tmp_path, monkeypatch):
+    """The block-level replay issues O_DIRECT requests: a directory whose filesystem refuses
+    O_DIRECT (tmpfs before Linux 6.6; refused here by a stand-in for that kernel's open) is a
+    usage error that says so, and nothing is written; this machine's directory accepts it."""
+    import errno
+    from mlpstorage_py.trace import replay_run
+
+    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    target = tmp_path / "target"
+    target.mkdir()
+    assert replay_run.direct_refused(target) is None and not list(target.iterdir())
+    real_open = os.open
+
+    def refusing(path, flags, *args):
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(replay_run.os, "open", refusing)
+    with pytest.raises(UsageError, match="refuses O_DIRECT .Invalid argument.: the replay issues"):
+        replay_run.replay(leaf, target, None, None)
+    assert not list(leaf.glob("replay_*")) and not list(target.iterdir())
 
 
 @needs_fio

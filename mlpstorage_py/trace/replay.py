@@ -8,7 +8,10 @@ How each field is derived (ManPage.md, `replay`, says the same):
   previous one ended, mixed (readwrite/randrw) with rwmixread by request count;
 - numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
   of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
-  libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered;
+  libaio with direct=1 for a block-level trace (the requests as the device saw them; a buffered
+  run's page cache made them, and a buffered replay would put the replaying host's page cache,
+  its readahead, writeback and free memory, between fio and the array), and for a VFS-level one
+  whose run used O_DIRECT (its metadata says so); else psync buffered (the run's system calls);
 - size: the stream's bytes; nrfiles and filesize: where the trace counted the files the work
   closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
   fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
@@ -218,7 +221,8 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
     and what is not the run's work (imports and start-up, launchers, mlpstorage's own I/O, other
     work on a busy head node)."""
     check_level(trace)
-    direct, pace = direct_io(metadata), paced(metadata)
+    ran_direct, pace = direct_io(metadata), paced(metadata)
+    direct = ran_direct or check_level(trace) == "block"
     wanted = kept(trace)
     every = [(i, h, r, s) for i, h, r, s in streams(trace) if wanted(s)]
     total = sum(stream_bytes(s) for *_, s in every)
@@ -230,7 +234,7 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
             continue
         parts += split(Part(index, host, record, stream))
     set_phases(parts)
-    made = [_job(part, direct, pace) for part in parts]
+    made = [_job(part, direct, pace, ran_direct) for part in parts]
     return sorted(made, key=lambda job: job.phase), left
 
 
@@ -264,7 +268,7 @@ def set_phases(parts: list[Part]) -> None:
         part.phase = phase
 
 
-def _job(part: Part, direct: bool, pace: bool) -> Job:
+def _job(part: Part, direct: bool, pace: bool, ran_direct: bool) -> Job:
     """One part's job: the rules of the module docstring."""
     stream, ops = part.stream, part.stream.get("ops") or {}
     read = ops.get("read") if part.op in (None, "read") else None
@@ -312,7 +316,8 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
         options += [("fsync", str(max(1, round(writes / flushes)))), ("end_fsync", "1")]  # per clone alike
     job.options = options
     hostname = part.record.get("hostname") or part.host
-    engine = "O_DIRECT, libaio at that depth" if direct else \
+    engine = "O_DIRECT as the run, libaio at that depth" if ran_direct else \
+        "the run was buffered, its page cache made these requests: O_DIRECT, libaio at that depth" if direct else \
         "buffered: psync issues one request at a time, the kernel's readahead/writeback made the depth"
     when = f", issued {part.start:.2f}-{part.end:.2f} s into the trace" if part.start is not None else ""
     job.comment = [f"host {part.host} ({hostname}), pid {pid} ({comm or '?'}) on {device or '?'}"

@@ -244,6 +244,20 @@ def _result_path(leaf: Path, text: str) -> Path:
             tmp.unlink()
 
 
+def direct_refused(directory: Path) -> str | None:
+    """Why `directory` refuses O_DIRECT (tmpfs does), or None: a block-level replay issues the
+    device's requests with O_DIRECT, which is for a directory on the array."""
+    probe = directory / f".mlps-direct-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL | getattr(os, "O_DIRECT", 0), 0o600)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        probe.unlink()
+    return None
+
+
 def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
            echo: bool = False) -> tuple[dict[str, Any], Path, bool]:
     """Run the leaf's replay.fio on `directory` (writing it first when absent); returns the
@@ -259,9 +273,14 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     job_file = leaf / distiller.FILE
     written = not job_file.exists() and not job_file.is_symlink()
     distiller.write(leaf)
-    by_host = distiller.sections(job_file.read_text(encoding="utf-8"))
+    text = job_file.read_text(encoding="utf-8")
+    by_host = distiller.sections(text)
     if not by_host:
         raise UsageError(f"{job_file} has no job sections")
+    refused = direct_refused(directory) if "\ndirect=1" in text else None
+    if refused:
+        raise UsageError(f"{directory} refuses O_DIRECT ({refused}): the replay issues the traced requests with "
+                         "O_DIRECT; give a directory on the storage to replay on")
     common = ["--output-format=json+", "--thread", f"--directory={directory}"]
     if runtime_cap:
         common.append(f"--runtime={int(max(1, runtime_cap))}")
