@@ -24,11 +24,13 @@ def editions() -> dict[str, Any]:
     return _load("editions.yaml")
 
 
+@functools.cache  # the checker asks some twenty times a leaf
 def edition(name: str = RULES_EDITION) -> dict[str, Any]:
     """One edition's entry; KeyError for an edition the table does not know."""
     return editions()["editions"][name]
 
 
+@functools.cache
 def checker(name: str = RULES_EDITION) -> dict[str, Any]:
     """The checker block of an edition (empty when the edition is not checkable)."""
     return edition(name).get("checker") or {}

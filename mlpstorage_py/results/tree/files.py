@@ -34,6 +34,9 @@ except ImportError:  # the standard parser alone: the same data and the same err
 DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
 Entry = tuple[str, str, Path]
 SAFE_LOADER = fast_yaml.LOADER  # libyaml when available: same data, much faster
+# libyaml's parser alone, where there is one: judging a shape from its events needs neither the
+# loader's constructor nor its resolver, whose set-up cost more than parsing a small file.
+_EVENT_PARSER: Any = yaml.cyaml.CParser if getattr(yaml, "__with_libyaml__", False) else None
 UNREADABLE = "__unreadable__"
 
 
@@ -442,9 +445,10 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
     text, problem = read_text(path)
     if problem:
         return None, problem
-    loader = SAFE_LOADER(text)
+    composed = _compose_only(text) or _EVENT_PARSER is None
+    loader = SAFE_LOADER(text) if composed else _EVENT_PARSER(text)
     try:
-        if _compose_only(text) or not hasattr(loader, "raw_parse"):
+        if composed:
             return _shape_of_node(loader.get_single_node(), key), None
         return _shape_of_events(loader, key), None
     except yaml.YAMLError as exc:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.tree import aside, files, layout
 from mlpstorage_py.results.tree.layout import DIVISIONS, PRIVATE_DIR, RESULTS_TABLE, TIMESTAMP, TRASH_DIR
+from mlpstorage_py.results.tree.once import once
 from mlpstorage_py.results.tree.values import as_number, dig, leaf_time, parse_time
 from mlpstorage_py.rules import tables
 
@@ -118,7 +119,7 @@ class Leaf:
         self.model = self.parts[spec["model_at"] - 1]
         self.command = self.parts[-1] if "{command}" in spec["tail"] else "run"
 
-    @functools.cached_property
+    @once
     def workload_dir(self) -> Path:
         spec = layout.benchmarks()[self.benchmark]
         return self.path.parents[len(spec["tail"]) - spec["result_depth"]]
@@ -159,15 +160,15 @@ class Leaf:
 
     # The three records every check asks for, kept on the leaf once read (until forget()):
     # a leaf's checks ask for them some forty times.
-    @functools.cached_property
+    @once
     def metadata(self) -> dict[str, Any] | None:
         return self.record("metadata").value
 
-    @functools.cached_property
+    @once
     def summary(self) -> dict[str, Any] | None:
         return self.record("summary").value
 
-    @functools.cached_property
+    @once
     def provenance(self) -> dict[str, Any] | None:
         return self.record("provenance").value
 
@@ -197,11 +198,11 @@ class Leaf:
         """The result's results.json, which reportgen writes beside the run leaves."""
         return read_object(self.path.parent / RESULTS_TABLE)
 
-    @functools.cached_property
+    @once
     def pointer(self) -> str | None:
         return files.strict_text(files.child(self.path, code_image.POINTER_FILE))
 
-    @functools.cached_property
+    @once
     def stamped_edition(self) -> str:
         edition = (self.provenance or {}).get("rules_edition")
         return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
@@ -216,7 +217,7 @@ class Leaf:
         value = dig(self.metadata, "parameters")
         return value if isinstance(value, dict) else {}
 
-    @functools.cached_property
+    @once
     def workload_config(self) -> dict | None:
         """dlio_config/config.yaml's workload block: the configuration the engine actually ran."""
         folder = files.child(self.path, "dlio_config")
@@ -240,7 +241,7 @@ class Leaf:
         found = [parse_time(c) for c in candidates]
         return [t for t in found if t is not None and t.tzinfo is not None]
 
-    @functools.cached_property
+    @once
     def utc_offset(self) -> timedelta | None:
         """The host's UTC offset, from the (local) leaf name against an aware start instant."""
         if self.name_time is None:
@@ -274,7 +275,7 @@ class Leaf:
         summary = self.summary or {}
         return parse_time(summary.get(which, summary.get(f"{which}_time")))
 
-    @functools.cached_property
+    @once
     def end_local(self) -> datetime | None:
         """When the invocation ended, on the clock of the leaf names."""
         end = self.to_local(self.summary_time("end"))
@@ -360,7 +361,7 @@ class System:
     package: "Package"
     leaves: list[Leaf] = field(default_factory=list)
 
-    @functools.cached_property
+    @once
     def results(self) -> list[Result]:
         """Every real workload directory of the system (with leaves or none), in name order."""
         found = []
@@ -458,7 +459,7 @@ class Package:
         Path.relative_to costs 20 us, and a large package asks it of every leaf)."""
         return str(path)[len(str(self.root).rstrip("/")) + 1:]
 
-    @functools.cached_property
+    @once
     @uncollected()
     def result_names(self) -> dict[str, str]:
         """{path: name relative to the root} of the workload directories holding leaves, in order."""
