@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +99,17 @@ def test_distilled_job_parses_and_follows_the_trace(tmp_path):
     done = subprocess.run([FIO, "--parse-only", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     jobs = sections(text)
-    assert jobs.pop("global") == {"filename_format": "$jobname.$jobnum.$filenum", "group_reporting": "0"}
+    assert jobs.pop("global") == {"filename_format": "$jobname.$jobnum.$filenum", "group_reporting": "0",
+                                  "fadvise_hint": "0"}
     write, read, mix = jobs["h0-python3-100-vda"], jobs["h0-python3-101-vda"], jobs["h0-kv_worker-102-vda"]
     assert (write["rw"], write["bssplit"], write["iodepth"], write["fsync"], write["end_fsync"], write["size"]) == \
         ("write", "1m/100", "1", "64", "1", "64m")
     assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "8", "8000k")
     assert (mix["rw"], mix["rwmixread"], mix["bssplit"], mix["fsync"], mix["iodepth"]) == \
         ("readwrite", "75", "64k/100,4k/60:64k/40", "10", "1")
-    for job in (write, read, mix):  # the device's requests: O_DIRECT, whatever the run's buffering
-        assert (job["ioengine"], job["direct"], job["numjobs"]) == ("libaio", "1", "1")
-    assert text.count("the run was buffered, its page cache made these requests") == 3
+    for job in (write, read, mix):  # buffered as the run, so the kernel makes the requests again
+        assert (job["ioengine"], job["direct"], job["numjobs"]) == ("psync", "0", "1")
+        assert "sync_file_range" not in job
     traced = sum(replay.stream_bytes(s) for s in (seq_write(), rand_read(), mixed()))
     assert abs(sum(fio_bytes(j["size"]) for j in (write, read, mix)) - traced) < 4096 * 3
     assert "/r/leaf" in text.splitlines()[0] and "block layer" in text.splitlines()[1]
@@ -127,7 +129,6 @@ def test_direct_run_gets_libaio_at_the_observed_depth():
     text = replay.distill(trace([rand_read()]), {"args": {"o_direct": True}})
     job = sections(text)["h0-python3-101-vda"]
     assert (job["ioengine"], job["direct"], job["iodepth"]) == ("libaio", "1", "8")
-    assert "O_DIRECT as the run" in text
     vfs = [{**rand_read(), "device": "tmpfs:/mnt"}]
     buffered = sections(replay.distill(trace(vfs, level="vfs"), {"args": {}}))["h0-python3-101-tmpfs_mnt"]
     direct = sections(replay.distill(trace(vfs, level="vfs"), {"args": {"o_direct": True}}))["h0-python3-101-tmpfs_mnt"]
@@ -200,6 +201,9 @@ def test_replay_runs_fio_and_prints_its_figures_beside_the_run(cli, tmp_path):
     assert record["replay"]["write"]["mib_s"] > 0 and record["ratio"]["write_mib_s"] > 0
     writer = next(row for row in record["jobs"] if row["job"] == "h0-python3-300-vda")
     assert set(writer["write_clat_us"]) == {"p50", "p95", "p99"}
+    from mlpstorage_py.trace import page_cache  # fio ran in a bounded page cache where the host has one
+    found = page_cache.hierarchy()
+    assert record["page_cache"].startswith("bounded: memory cgroup" if isinstance(found, tuple) else "not bounded: ")
     assert sorted(p.name for p in target.iterdir()) == ["h0-python3-300-vda.0.0", "h0-python3-301-vda.0.0"]
     again = cli("replay", leaf, "--directory", target, "--runtime-cap", "60")
     assert again.rc == 0 and f"using {leaf / 'replay.fio'}" in again.out
@@ -370,6 +374,46 @@ def test_a_checkpoints_read_job_reads_the_files_its_write_job_made():
     assert "nrfiles" not in plain and plain["fsync"] == "16"
 
 
+def test_a_writer_that_started_its_own_writeback_gets_sync_file_range():
+    """A stream whose process called sync_file_range(SYNC_FILE_RANGE_WRITE) as it wrote (our
+    checkpoint engine, once a block): each clone does after the same share of its writes."""
+    stream = seq_write(100, 64)
+    stream["writeback_starts"] = 32
+    job = sections(replay.distill(trace([stream]), {"args": {}}))["h0-python3-100-vda"]
+    assert job["sync_file_range"] == "write:2"
+    direct = sections(replay.distill(trace([stream]), {"args": {"o_direct": True}}))["h0-python3-100-vda"]
+    assert "sync_file_range" not in direct  # O_DIRECT leaves nothing to write back
+
+
+def test_the_replays_page_cache_is_bounded(tmp_path):
+    """Inside page_cache.bounded this process (and what it starts) is in a memory cgroup of the
+    limit: a child writing 256 MiB buffered never has more than the limit charged, and its file
+    is whole; afterwards the process is back where it was and the group is gone. Where this host
+    has no memory controller to use, the bound says so and the block runs unbounded."""
+    from mlpstorage_py.trace import page_cache
+
+    found = page_cache.hierarchy()
+    if isinstance(found, str):
+        with page_cache.bounded(64 * MIB) as bound:
+            assert bound == f"not bounded: {found}"
+        pytest.skip(found)
+    _, version = found
+    before = Path("/proc/self/cgroup").read_text()
+    with page_cache.bounded(64 * MIB) as bound:
+        assert bound.startswith(f"bounded: memory cgroup {version} ") and bound.endswith(", 64 MiB"), bound
+        group = Path(bound.split()[4].rstrip(","))
+        assert str(os.getpid()) in (group / "cgroup.procs").read_text().split()
+        writer = "import os,sys; fd=os.open(sys.argv[1], os.O_CREAT|os.O_WRONLY); b=os.urandom(1<<20)\n" \
+                 "for _ in range(256): os.write(fd, b)\nos.fsync(fd); os.close(fd)"
+        subprocess.run([sys.executable, "-c", writer, str(tmp_path / "big")], check=True, timeout=300)
+        peak = int((group / ("memory.peak" if version == "v2" else "memory.max_usage_in_bytes")).read_text())
+        assert peak <= 64 * MIB, peak
+    assert (tmp_path / "big").stat().st_size == 256 * MIB
+    assert not group.exists() and Path("/proc/self/cgroup").read_text() == before
+    with page_cache.bounded(0) as bound:
+        assert bound == "not bounded: --page-cache-mib 0"
+
+
 def test_the_runs_figures_count_the_time_its_requests_were_issued():
     """The original's MiB/s: each direction's bytes over the union of the kept streams' windows
     of it (32 MiB written in 1.9 s, read in 2 s), not over the whole trace (6 s)."""
@@ -441,25 +485,25 @@ def test_missing_directory_and_missing_fio(cli, tmp_path, monkeypatch):
 
 @needs_fio
 def test_a_directory_that_refuses_o_direct_is_named_before_fio_starts(tmp_path, monkeypatch):
-    """The block-level replay issues O_DIRECT requests: a directory whose filesystem refuses
-    O_DIRECT (tmpfs before Linux 6.6; refused here by a stand-in for that kernel's open) is a
-    usage error that says so, and nothing is written; this machine's directory accepts it."""
+    """The replay of an O_DIRECT run issues O_DIRECT requests: a directory whose filesystem
+    refuses O_DIRECT (tmpfs before Linux 6.6; refused here by a stand-in for that kernel's open)
+    is a usage error that says so, and nothing is written; this machine's directory accepts it."""
     import errno
     from mlpstorage_py.trace import replay_run
 
-    leaf = make_leaf(tmp_path / "leaf", small_trace())
+    leaf = make_leaf(tmp_path / "leaf", small_trace(), {"args": {"o_direct": True}})
     target = tmp_path / "target"
     target.mkdir()
     assert replay_run.direct_refused(target) is None and not list(target.iterdir())
     real_open = os.open
 
-    def refusing(path, flags, *args):
+    def refusing(path, flags, *args, **kwargs):
         if flags & os.O_DIRECT:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(replay_run.os, "open", refusing)
-    with pytest.raises(UsageError, match="refuses O_DIRECT .Invalid argument.: the replay issues"):
+    with pytest.raises(UsageError, match="refuses O_DIRECT .Invalid argument.: the run used O_DIRECT"):
         replay_run.replay(leaf, target, None, None)
     assert not list(leaf.glob("replay_*")) and not list(target.iterdir())
 

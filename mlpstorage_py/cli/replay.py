@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from mlpstorage_py.cli.command import Args
-from mlpstorage_py.cli.common import _HostsAction, host_list, positive_float
+from mlpstorage_py.cli.common import _HostsAction, host_list, non_negative_int, positive_float
 
 
 def replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,6 +18,9 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
                         "over the remote shell MPI uses (default: every job here)")
     p.add_argument("--runtime-cap", type=positive_float, metavar="SECONDS",
                    help="stop each fio job after this many seconds (fio's --runtime), even if its bytes are not done")
+    p.add_argument("--page-cache-mib", type=non_negative_int, metavar="MIB",
+                   help="the page cache fio may hold on this host, beside its I/O buffers (a memory cgroup; "
+                        "0: unbounded; default: configs/tool.yaml replay.page_cache_mib)")
     p.add_argument("--verbose", action="store_true", help="show fio's own output")
 
 
@@ -26,7 +29,8 @@ def replay(args: Args) -> int:
     from mlpstorage_py.trace import replay_run
 
     record, path, written = replay_run.replay(Path(args["leaf"]), Path(args["directory"]), args.get("hosts"),
-                                              args.get("runtime_cap"), bool(args.get("verbose")))
+                                              args.get("runtime_cap"), bool(args.get("verbose")),
+                                              args.get("page_cache_mib"))
     job_file = Path(record["leaf"]) / record["job_file"]
     print(f"{'wrote' if written else 'using'} {job_file}")
     print(f"replay of {record['leaf']} on {record['directory']} ({len(record['hosts'])} host(s), "

@@ -29,6 +29,7 @@ bound (a power of two, as a decimal string): count}:
                                                        "in_flight": x,    # mean while issuing
                                                        "files": n, "file_bytes": n}},  # read/write: files closed, their sizes
                       "fsyncs": n,            # its fsync/fdatasync calls (block level, work only)
+                      "writeback_starts": n,  # its sync_file_range(SYNC_FILE_RANGE_WRITE) calls (the same)
                       "in_flight_mean": x}]}},   # mean over the whole trace
      "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
                                    # I/O no client host issued (writeback)

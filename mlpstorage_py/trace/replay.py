@@ -8,10 +8,11 @@ How each field is derived (ManPage.md, `replay`, says the same):
   previous one ended, mixed (readwrite/randrw) with rwmixread by request count;
 - numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
   of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
-  libaio with direct=1 for a block-level trace (the requests as the device saw them; a buffered
-  run's page cache made them, and a buffered replay would put the replaying host's page cache,
-  its readahead, writeback and free memory, between fio and the array), and for a VFS-level one
-  whose run used O_DIRECT (its metadata says so); else psync buffered (the run's system calls);
+  libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered,
+  so the kernel's readahead and writeback make the requests again as they made the run's; no
+  access-pattern advice (fadvise_hint=0: fio's default would advise FADV_RANDOM, no readahead,
+  for a random job); sync_file_range=write:N when the run started its writeback itself (N
+  writes per call);
 - size: the stream's bytes; nrfiles and filesize: where the trace counted the files the work
   closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
   fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
@@ -103,6 +104,12 @@ def size_text(n: int) -> str:
     return str(n)
 
 
+def fio_size(text: str) -> int:
+    """A size in the spelling size_text writes (1m, 64k, 512) as bytes."""
+    scale = {"k": KIB, "m": MIB}.get(text[-1:].lower(), 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
 def bssplit(hist: dict[str, int], floor: int) -> tuple[str, int, int]:
     """fio's bssplit for a log2 size histogram (percentages by count summing to 100, by largest
     remainder), with its smallest and largest block size; buckets below `floor` are raised to it."""
@@ -145,10 +152,16 @@ def direct_io(metadata: dict[str, Any] | None) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
+def settings() -> dict[str, Any]:
+    """configs/tool.yaml's replay section."""
+    with open(source_root() / "configs" / "tool.yaml", encoding="utf-8") as fh:
+        return dict(yaml.safe_load(fh)["replay"])
+
+
 def paced_workloads() -> dict[str, list[str]]:
     """configs/tool.yaml's replay.paced: benchmark type -> the commands whose runs pace their I/O."""
-    with open(source_root() / "configs" / "tool.yaml", encoding="utf-8") as fh:
-        return {str(k): list(v) for k, v in yaml.safe_load(fh)["replay"]["paced"].items()}
+    return {str(k): list(v) for k, v in settings()["paced"].items()}
 
 
 def paced(metadata: dict[str, Any] | None) -> bool:
@@ -221,8 +234,7 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
     and what is not the run's work (imports and start-up, launchers, mlpstorage's own I/O, other
     work on a busy head node)."""
     check_level(trace)
-    ran_direct, pace = direct_io(metadata), paced(metadata)
-    direct = ran_direct or check_level(trace) == "block"
+    direct, pace = direct_io(metadata), paced(metadata)
     wanted = kept(trace)
     every = [(i, h, r, s) for i, h, r, s in streams(trace) if wanted(s)]
     total = sum(stream_bytes(s) for *_, s in every)
@@ -234,7 +246,7 @@ def jobs(trace: dict[str, Any], metadata: dict[str, Any] | None) -> tuple[list[J
             continue
         parts += split(Part(index, host, record, stream))
     set_phases(parts)
-    made = [_job(part, direct, pace, ran_direct) for part in parts]
+    made = [_job(part, direct, pace) for part in parts]
     return sorted(made, key=lambda job: job.phase), left
 
 
@@ -268,7 +280,7 @@ def set_phases(parts: list[Part]) -> None:
         part.phase = phase
 
 
-def _job(part: Part, direct: bool, pace: bool, ran_direct: bool) -> Job:
+def _job(part: Part, direct: bool, pace: bool) -> Job:
     """One part's job: the rules of the module docstring."""
     stream, ops = part.stream, part.stream.get("ops") or {}
     read = ops.get("read") if part.op in (None, "read") else None
@@ -309,6 +321,9 @@ def _job(part: Part, direct: bool, pace: bool, ran_direct: bool) -> Job:
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
     flushes = max(_requests(flush), int(stream.get("fsyncs") or 0)) if write is not None else 0
+    started = int(stream.get("writeback_starts") or 0) if write is not None and not direct else 0
+    if writes and started:  # the writer started its own writeback as it wrote: so does each clone
+        options.append(("sync_file_range", f"write:{max(1, round(writes / started))}"))
     written = int((write or {}).get("files") or 0) if count else 0
     if writes and flushes and written and abs(flushes - written) <= max(1, written // 10):
         options.append(("fsync_on_close", "1"))  # a flush per file, as it closes (inside the runtime)
@@ -316,8 +331,7 @@ def _job(part: Part, direct: bool, pace: bool, ran_direct: bool) -> Job:
         options += [("fsync", str(max(1, round(writes / flushes)))), ("end_fsync", "1")]  # per clone alike
     job.options = options
     hostname = part.record.get("hostname") or part.host
-    engine = "O_DIRECT as the run, libaio at that depth" if ran_direct else \
-        "the run was buffered, its page cache made these requests: O_DIRECT, libaio at that depth" if direct else \
+    engine = "O_DIRECT, libaio at that depth" if direct else \
         "buffered: psync issues one request at a time, the kernel's readahead/writeback made the depth"
     when = f", issued {part.start:.2f}-{part.end:.2f} s into the trace" if part.start is not None else ""
     job.comment = [f"host {part.host} ({hostname}), pid {pid} ({comm or '?'}) on {device or '?'}"
@@ -325,6 +339,9 @@ def _job(part: Part, direct: bool, pace: bool, ran_direct: bool) -> Job:
                    f"{writes} writes {job.write_bytes} B, {flushes} flushes{when}",
                    f"sequential {100 * seq / max(reads + writes, 1):.0f} % of requests; "
                    f"in flight {depth:.2f} on average ({engine})"]
+    if writes and started:
+        job.comment.append(f"the process started its own writeback {started} times (sync_file_range), "
+                           "so each clone does after its share of the writes")
     if count:
         touched = read if write is None else write
         job.comment.append(f"files: the process closed {touched.get('files')} it {'wrote' if write else 'read'}, "
@@ -389,7 +406,8 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",
               "; a job's name starts with h<N>-, the trace's N-th host: fio --section=<name> runs it alone",
               "", "[global]", "; directory= is left to the command line (--directory)",
-              "filename_format=$jobname.$jobnum.$filenum", "group_reporting=0", ""]
+              "filename_format=$jobname.$jobnum.$filenum", "group_reporting=0",
+              "; no access-pattern advice: the kernel's readahead as for a run that gave none", "fadvise_hint=0", ""]
     for i, job in enumerate(made):
         lines += [f"; {line}" for line in job.comment]
         lines.append(f"[{job.name}]")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -30,7 +31,9 @@ from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import check_hosts, remote_shell
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import write_failed
+from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.leaf import DATETIME_FORMAT
+from mlpstorage_py.trace import page_cache
 from mlpstorage_py.trace import replay as distiller
 
 MIB = 2 ** 20
@@ -245,8 +248,8 @@ def _result_path(leaf: Path, text: str) -> Path:
 
 
 def direct_refused(directory: Path) -> str | None:
-    """Why `directory` refuses O_DIRECT (tmpfs does), or None: a block-level replay issues the
-    device's requests with O_DIRECT, which is for a directory on the array."""
+    """Why `directory` refuses O_DIRECT (tmpfs did before Linux 6.6), or None: the replay of an
+    O_DIRECT run issues its requests with O_DIRECT, as the run did."""
     probe = directory / f".mlps-direct-probe-{os.getpid()}"
     try:
         fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_EXCL | getattr(os, "O_DIRECT", 0), 0o600)
@@ -258,10 +261,22 @@ def direct_refused(directory: Path) -> str | None:
     return None
 
 
+def fio_buffers(jobs: list[distiller.Job]) -> int:
+    """The bytes fio's I/O buffers take for these jobs: each clone's depth of its largest block."""
+    total = 0
+    for job in jobs:
+        options = dict(job.options)
+        sizes = [distiller.fio_size(part.split("/")[0]) for part in re.split("[:,]", options.get("bssplit", "")) if part]
+        total += int(options.get("numjobs", 1)) * int(options.get("iodepth", 1)) * max(sizes or [MIB])
+    return total
+
+
 def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
-           echo: bool = False) -> tuple[dict[str, Any], Path, bool]:
-    """Run the leaf's replay.fio on `directory` (writing it first when absent); returns the
-    record written, its path, and whether replay.fio was written now."""
+           echo: bool = False, page_cache_mib: int | None = None) -> tuple[dict[str, Any], Path, bool]:
+    """Run the leaf's replay.fio on `directory` (writing it first when absent), this host's fio
+    in a page cache of `page_cache_mib` (page_cache.bounded; 0: unbounded; None: configs/tool.yaml's
+    replay.page_cache_mib) beside its buffers;
+    returns the record written, its path, and whether replay.fio was written now."""
     directory = directory.expanduser().absolute()
     if not directory.is_dir():  # before the leaf: a bad argument is named whatever the other is
         raise missing_directory("--directory", directory)
@@ -279,8 +294,8 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
         raise UsageError(f"{job_file} has no job sections")
     refused = direct_refused(directory) if "\ndirect=1" in text else None
     if refused:
-        raise UsageError(f"{directory} refuses O_DIRECT ({refused}): the replay issues the traced requests with "
-                         "O_DIRECT; give a directory on the storage to replay on")
+        raise UsageError(f"{directory} refuses O_DIRECT ({refused}): the run used O_DIRECT and so does its "
+                         "replay; give a directory on the storage to replay on")
     common = ["--output-format=json+", "--thread", f"--directory={directory}"]
     if runtime_cap:
         common.append(f"--runtime={int(max(1, runtime_cap))}")
@@ -293,13 +308,18 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
                 for host, i in zip(hosts, sorted(by_host))]
     else:
         plan = [("localhost", [*common, str(job_file)])]
-    total = sum(j.read_bytes + j.write_bytes for j in distiller.jobs(trace, meta)[0])
+    made = distiller.jobs(trace, meta)[0]
+    total = sum(j.read_bytes + j.write_bytes for j in made)
     deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch:
         runs = [HostRun(host, _host_argv(host if hosts else None, fio, argv), Path(scratch) / f"fio{i}.json",
                         Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
-        _run_all(runs, deadline, echo)
+        mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
+        limit = mib * MIB + 2 * fio_buffers(made) if mib else 0
+        with page_cache.bounded(limit) as bound:
+            log.info(f"replay: this host's page cache {bound}")
+            _run_all(runs, deadline, echo)
         reports = []
         for run in runs:
             report = fio_report(run.stdout)
@@ -311,7 +331,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     record = {"leaf": str(leaf), "job_file": distiller.FILE, "directory": str(directory), "hosts": [h for h, _ in plan],
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "fio_version": reports[0].get("fio version"), "trace_level": trace.get("level"),
-              "runtime_cap_s": runtime_cap, "argv": [r.argv for r in runs],
+              "runtime_cap_s": runtime_cap, "page_cache": bound, "argv": [r.argv for r in runs],
               "original": traced, "replay": replayed, "ratio": _ratios(replayed, traced), "jobs": per_job}
     path = _result_path(leaf, json.dumps(record, indent=2) + "\n")
     return record, path, written
