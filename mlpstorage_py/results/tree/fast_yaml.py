@@ -20,6 +20,8 @@ LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STR = "tag:yaml.org,2002:str"
 _CLAIMED = frozenset(k for k in LOADER.yaml_implicit_resolvers if k)  # first characters some resolver looks at
 _WILDCARD = None in LOADER.yaml_implicit_resolvers or bool(LOADER.yaml_path_resolvers)
+_SCALAR, _SEQUENCE, _SEQUENCE_END = yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.SequenceEndEvent
+_MAPPING, _MAPPING_END = yaml.MappingStartEvent, yaml.MappingEndEvent
 
 
 class _Unhandled(Exception):
@@ -51,25 +53,28 @@ def _from_events(loader: Any) -> Any:
 
 
 def _node(loader: Any, get: Callable[[], Any], event: Any) -> Any:
-    """The value an event starts; events are told apart by exact type (libyaml makes no subclasses)."""
+    """The value an event starts; events are told apart by exact type (libyaml makes no
+    subclasses). A scalar item or key is read on the spot, not by a call of its own: a large
+    submission.yaml is some two million scalars."""
     kind = type(event)
-    if kind is yaml.ScalarEvent:
+    if kind is _SCALAR:
         return _scalar(loader, event)
     if event.anchor is not None or event.tag not in (None, "!"):
         raise _Unhandled("anchor, alias or explicit tag")
-    if kind is yaml.SequenceStartEvent:
-        items = []
+    if kind is _SEQUENCE:
+        items: list[Any] = []
         event = get()
-        while type(event) is not yaml.SequenceEndEvent:
-            items.append(_node(loader, get, event))
+        while type(event) is not _SEQUENCE_END:
+            items.append(_scalar(loader, event) if type(event) is _SCALAR else _node(loader, get, event))
             event = get()
         return items
-    if kind is yaml.MappingStartEvent:
+    if kind is _MAPPING:
         mapping: dict[Any, Any] = {}
         event = get()
-        while type(event) is not yaml.MappingEndEvent:
-            key = _node(loader, get, event)  # a merge key `<<` has no constructor: _Unhandled
-            mapping[key] = _node(loader, get, get())  # an unhashable key raises TypeError
+        while type(event) is not _MAPPING_END:
+            key = _scalar(loader, event) if type(event) is _SCALAR else _node(loader, get, event)
+            event = get()  # a merge key `<<` has no constructor: _Unhandled; an unhashable key raises TypeError
+            mapping[key] = _scalar(loader, event) if type(event) is _SCALAR else _node(loader, get, event)
             event = get()
         return mapping
     raise _Unhandled(kind.__name__)

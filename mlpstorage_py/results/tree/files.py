@@ -290,6 +290,11 @@ def _strict_text(path: Path, key: Key) -> tuple[_Content | None, str | None]:
     if what != FILE:  # the error open() raises
         code = errno.EISDIR if what == DIR else errno.ENOENT
         return None, f"{path.name}: {OSError(code, os.strerror(code), key)}"
+    return _strict_file(path, key)
+
+
+def _strict_file(path: Path, key: Key) -> tuple[_Content | None, str | None]:
+    """_strict_text of a regular file."""
     content = _content(key)
     error = content.error or content.undecodable
     return (None, f"{path.name}: {error}") if error is not None else (content, None)
@@ -354,11 +359,12 @@ def load_json(path: Path) -> tuple[Any, str | None]:
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
 
 
-def load_strict_json(path: Path) -> tuple[Any, str | None]:
+def load_strict_json(path: Path, regular: bool = False) -> tuple[Any, str | None]:
     """(data, None) or (None, why): as load_json, but text that is not UTF-8 is a problem too
-    (a record must be read as written, not with its bytes replaced)."""
+    (a record must be read as written, not with its bytes replaced). `regular`: the caller has
+    the path's kind from its listing, a regular file, so it is not looked up again."""
     key = str(path)
-    content, problem = _strict_text(path, key)
+    content, problem = _strict_file(path, key) if regular else _strict_text(path, key)
     if problem:
         return None, problem
     data, exc = _parsed_json(key, content, content.text)

@@ -55,14 +55,18 @@ class Record:
 
 def read_object(path: Path) -> Record:
     """A JSON file that must hold an object, read through the tree's one reading."""
-    kind = files.kind_of(path)
+    return _object(path, files.kind_of(path))
+
+
+def _object(path: Path, kind: str | None) -> Record:
+    """read_object of a path whose kind the caller has (a leaf's records: from its listing)."""
     if kind is None:
         return Record(None, f"{path.name} is missing", None)
     if kind == files.LINK:
         return Record(None, f"{path.name} is a symbolic link (not followed)", path, kind)
     if kind != files.FILE:
         return Record(None, f"{path.name} is a {kind}, not a file", path, kind)
-    data, problem = files.load_strict_json(path)
+    data, problem = files.load_strict_json(path, regular=True)
     if problem:
         return Record(None, problem, path, kind)
     if not isinstance(data, dict):
@@ -148,7 +152,7 @@ class Leaf:
         for matches in _record_patterns(kind, self.benchmark):
             found = next(filter(matches, names), None)  # the first in name order, tested in C
             if found is not None:
-                return read_object(files.child(self.path, found))
+                return _object(files.child(self.path, found), names[found])
         return Record(None, layout.record_kinds()[kind]["missing"], None)
 
     def json_object(self, name: str) -> Record:
