@@ -62,9 +62,7 @@ def own_disk(base: Path, gib: int) -> Iterator[Path]:
                             capture_output=True, text=True).stdout.strip()
     mount.mkdir()
     try:
-        # discard: a deleted file's blocks are punched out of the image, so rounds of runs and
-        # replays never grow it past what is on the disk at once
-        subprocess.run(["mount", "-o", "discard", device, str(mount)], check=True, capture_output=True)
+        subprocess.run(["mount", device, str(mount)], check=True, capture_output=True)
         try:
             yield mount
         finally:
@@ -72,6 +70,17 @@ def own_disk(base: Path, gib: int) -> Iterator[Path]:
     finally:
         subprocess.run(["losetup", "-d", device], capture_output=True)
         image.unlink(missing_ok=True)
+
+
+def remove(path: Path) -> None:
+    """Delete a run's or a replay's files and settle the disk before anything is measured: the
+    journal committed and the freed blocks trimmed out of the image (fstrim), so the image never
+    grows past what is on the disk at once and no discard runs under the next measurement."""
+    shutil.rmtree(path, ignore_errors=True)
+    os.sync()
+    mount = next((p for p in path.parents if p.name == "disk"), None)
+    if mount is not None and shutil.which("fstrim"):
+        subprocess.run(["fstrim", str(mount)], capture_output=True)
 
 
 def drop_caches() -> None:
@@ -87,7 +96,7 @@ def model(layers: int) -> list[str]:
 
 def run(results: Path, folder: Path, layers: int, traced: bool) -> tuple[float, float, Path]:
     """One checkpoint run: (save GiB/s, load GiB/s, its leaf)."""
-    shutil.rmtree(folder, ignore_errors=True)
+    remove(folder)
     folder.mkdir(parents=True)
     argv = [MLPSTORAGE, "open", "checkpointing", "llama3-8b", "run", "-np", "2", "-at", "b200", "-cm", "8",
             "-cf", str(folder), "-sn", "bench", "-rd", str(results), "-ncw", "1", "-ncr", "1",
@@ -102,7 +111,7 @@ def run(results: Path, folder: Path, layers: int, traced: bool) -> tuple[float, 
 
 def kvcache(results: Path, cache: Path, users: int, duration: int) -> tuple[float, float, Path]:
     """One traced Option 1 run: (the ranks' summed storage read, write MiB/s, its leaf)."""
-    shutil.rmtree(cache, ignore_errors=True)
+    remove(cache)
     cache.mkdir(parents=True)
     argv = [MLPSTORAGE, "open", "kvcache", "run", "-np", "2", "--cache-dir", str(cache), "-rd", str(results), "-sn", "bench",
             "--option", "1", "--num-users", str(users), "--duration", str(duration), "--trials", "1",
@@ -125,7 +134,7 @@ TRAINING = ["dataset.record_length_bytes=1048576", "dataset.record_length_bytes_
 
 def training(results: Path, data: Path, files: int) -> tuple[float, Path]:
     """A small dataset generated, then one traced run: (DLIO's train_io_mean_MB_per_second, its leaf)."""
-    shutil.rmtree(data, ignore_errors=True)
+    remove(data)
     data.mkdir(parents=True)
     common = ["-dd", str(data), "-sn", "bench", "-rd", str(results), "-aip"]
     for argv in (["datagen", "-np", "2", *common, "--params", f"dataset.num_files_train={files}", *TRAINING],
@@ -141,7 +150,7 @@ def training(results: Path, data: Path, files: int) -> tuple[float, Path]:
 
 
 def replay(leaf: Path, directory: Path) -> dict:
-    shutil.rmtree(directory, ignore_errors=True)
+    remove(directory)
     directory.mkdir(parents=True)
     done = subprocess.run([MLPSTORAGE, "replay", str(leaf), "--directory", str(directory)], capture_output=True, text=True)
     print(done.stdout)
@@ -164,9 +173,9 @@ def checkpoint_figures(args: argparse.Namespace, work: Path, results: Path) -> d
     med = {k: statistics.median(v[i] for v in runs) for k, runs, i in
            (("save", plain, 0), ("load", plain, 1), ("save_traced", traced, 0), ("load_traced", traced, 1))}
     assert leaf is not None
-    shutil.rmtree(work / "ckpt")  # room on the disk for the replay's files
+    remove(work / "ckpt")  # room on the disk for the replay's files
     record = replay(leaf, work / "replay")
-    shutil.rmtree(work / "replay")
+    remove(work / "replay")
     figures = {"medians_gib_s": med,
                "overhead_ratio": {"save": med["save_traced"] / med["save"], "load": med["load_traced"] / med["load"]},
                "replay_mib_s": {d: record["replay"][d]["mib_s"] for d in ("write", "read")},
@@ -184,9 +193,9 @@ def kvcache_figures(args: argparse.Namespace, work: Path, results: Path) -> dict
     rounds = []
     for index in range(args.rounds):
         read, write, leaf = kvcache(results, work / "kv", args.kv_users, args.kv_duration)
-        shutil.rmtree(work / "kv")  # room on the disk for the replay's files
+        remove(work / "kv")  # room on the disk for the replay's files
         record = replay(leaf, work / "replay")
-        shutil.rmtree(work / "replay")
+        remove(work / "replay")
         mib_s = {d: record["replay"][d]["mib_s"] or 0 for d in ("read", "write")}
         rounds.append({"run_mib_s": {"read": read, "write": write}, "replay_mib_s": mib_s,
                        "replay_ratio": {d: record["ratio"].get(f"{d}_mib_s") for d in ("read", "write")},

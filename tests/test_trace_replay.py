@@ -104,7 +104,8 @@ def test_distilled_job_parses_and_follows_the_trace(tmp_path):
     write, read, mix = jobs["h0-python3-100-vda"], jobs["h0-python3-101-vda"], jobs["h0-kv_worker-102-vda"]
     assert (write["rw"], write["bssplit"], write["iodepth"], write["fsync"], write["end_fsync"], write["size"]) == \
         ("write", "1m/100", "1", "64", "1", "64m")
-    assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "8", "8000k")
+    assert (read["rw"], read["bssplit"], read["iodepth"], read["size"]) == ("randread", "4k/100", "1", "8000k")
+    assert "in flight 7.60 on average (buffered: psync issues one request at a time" in text
     assert (mix["rw"], mix["rwmixread"], mix["bssplit"], mix["fsync"], mix["iodepth"]) == \
         ("readwrite", "75", "64k/100,4k/60:64k/40", "10", "1")
     for job in (write, read, mix):  # buffered as the run, so the kernel makes the requests again
@@ -269,7 +270,7 @@ def test_a_write_then_read_run_replays_in_two_phases_on_one_file_per_stream(tmp_
     write, read = jobs["h0-python3-100-vda-write"], jobs["h0-python3-100-vda-read"]
     assert write["filename_format"] == read["filename_format"] == "h0-python3-100-vda.$jobnum"
     assert (write["rw"], write["size"], write["fsync"], read["rw"], read["size"]) == ("write", "16m", "16", "read", "16m")
-    assert "end_fsync" not in read and "fsync" not in read and (write["iodepth"], read["iodepth"]) == ("2", "2")
+    assert "end_fsync" not in read and "fsync" not in read and (write["iodepth"], read["iodepth"]) == ("1", "1")
     assert "in 2 phases" in text
     assert "left out: 2 stream(s) that are not the run's work (3145728 B" in text
 
@@ -279,7 +280,7 @@ def test_each_thread_of_a_stream_is_a_clone_with_its_share():
     of the rate (a paced run) and of the depth."""
     stream = windowed({**rand_read(), "work": True}, read=(1.0, 3.0))
     stream["ops"]["read"].update(threads=4, in_flight=8.0)
-    text = replay.distill(trace([stream]), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
+    text = replay.distill(trace([stream]), {"benchmark_type": "kv_cache", "command": "run", "args": {"o_direct": True}})
     job = sections(text)["h0-python3-101-vda"]
     assert (job["numjobs"], job["size"], job["iodepth"]) == ("4", "2000k", "2")
     assert job["rate"] == str(round(2000 * 4096 / 2.0 / 4))
@@ -332,9 +333,10 @@ def kv_like() -> dict[str, Any]:
 def test_a_kv_run_writes_new_files_beside_reading_its_own(cli, tmp_path):
     """Where the trace counted the files, a stream whose writes and reads overlap is a write job
     making files of the run's size, an fsync as each closes (one per file, as the run did), beside
-    a read job reading files of its own size, at each direction's rate; not one mixed job, which
-    would read back what it had just written from the page cache. Run for real: each job made
-    the files it says, and moved the stream's bytes."""
+    a read job reading files of its own size, at each direction's rate, starting as much later as
+    the run's reads did; not one mixed job, which would read back what it had just written from
+    the page cache. Run for real: each job made the files it says, and moved the stream's bytes;
+    the reads' time runs from the phase's start."""
     text = replay.distill(kv_like(), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
     jobs = sections(text)
     write, read = jobs["h0-python3-103-vda-write"], jobs["h0-python3-103-vda-read"]
@@ -344,6 +346,7 @@ def test_a_kv_run_writes_new_files_beside_reading_its_own(cli, tmp_path):
     assert (read["rw"], read["size"], read["nrfiles"], read["filesize"]) == ("read", "16m", "8", "2m")
     assert write["rate"] == "," + str(round(64 * MIB / 2.0 / 2)) and read["rate"] == str(round(32 * MIB / 1.0 / 2))
     assert "the process closed 8 it wrote" in text and "closed 16 it read" in text
+    assert read["startdelay"] == "400ms" and "startdelay" not in write  # the reads began 0.4 s after the writes
     leaf = make_leaf(tmp_path / "leaf", kv_like(), {"benchmark_type": "kv_cache", "command": "run", "args": {}})
     target = tmp_path / "target"
     target.mkdir()
@@ -355,6 +358,8 @@ def test_a_kv_run_writes_new_files_beside_reading_its_own(cli, tmp_path):
     assert {(target / name).stat().st_size for name in made if "-write." in name} == {8 * MIB}
     record = json.loads(next(leaf.glob("replay_*.json")).read_text())
     assert (record["replay"]["write"]["bytes"], record["replay"]["read"]["bytes"]) == (64 * MIB, 32 * MIB)
+    reads = max(row["runtime_s"] for row in record["jobs"] if row["job"].endswith("-read"))
+    assert record["replay"]["read"]["mib_s"] == round(32 / (0.4 + reads), 2)  # from the phase's start
 
 
 def test_a_checkpoints_read_job_reads_the_files_its_write_job_made():

@@ -26,14 +26,16 @@ the owner, so replay.fio keeps the workload apart from imports, launchers and ot
 Keys in the output: `ns,dev,op` for the device maps, `owner,dev,op,comm` for the streams (one
 per process and device, the busy time too), `owner,dev,op,tid` for the threads that issued a
 process's requests of one op (not the kernel's writeback on its behalf), `owner,op` for the files
-it closed, and `owner,dev,op` for
-when a process's requests of one op were first and last issued (ms of the tracer's clock; a window
-per process, not per thread name), where owner packs the namespace, the kernel-thread flag, the
+it closed, and `owner,dev,op` for when a process's data requests of one op were first and last
+issued (ms of the tracer's clock; a window per process, not per thread name; a filesystem's
+metadata requests, REQ_META, are left out of it: a bitmap read while a checkpoint is written is
+no read phase), where owner packs the namespace, the kernel-thread flag, the
 work flag and the pid into one number (one map value, so a request's owner is never half written).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 SAMPLE_MS = 100
@@ -137,6 +139,14 @@ tracepoint:syscalls:sys_enter_close /@go && @work[pid]/ {{
 """
 
 
+def _metadata(rwbs: str) -> str:
+    """A bpftrace condition: the request carries REQ_META (an `M` in its rwbs, after the op and
+    its F/A/S flags: a filesystem's bitmaps, inode tables, directories)."""
+    flags = ["".join(c) for k in range(4) for c in itertools.combinations("FAS", k)]
+    shapes = [lead + op + f + "M" for lead in ("", "F") for op in ("R", "W") for f in flags]
+    return "(" + " || ".join(f'strncmp({rwbs}, "{m}", {len(m)}) == 0' for m in shapes) + ")"
+
+
 def _op(rwbs: str) -> str:
     """bpftrace statements setting $op from a tracepoint's rwbs ('R', 'RA', 'WS', 'FWS', 'FF'...:
     a leading F is a preflush); 3 for what is none of the three (discard, zeroes)."""
@@ -192,7 +202,8 @@ tracepoint:block:block_rq_issue /{only}/ {{
     else {{
       @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum(args->bytes); @sz[$ns, $dev, $op] = hist(args->bytes);
       @srq[$own, $dev, $op, $comm] = count(); @sby[$own, $dev, $op, $comm] = sum(args->bytes);
-      @ssz[$own, $dev, $op, $comm] = hist(args->bytes); {WINDOW}
+      @ssz[$own, $dev, $op, $comm] = hist(args->bytes);
+      if (!{_metadata("args->rwbs")}) {{ {WINDOW} }}
     }}
   }}
 }}

@@ -7,7 +7,8 @@ How each field is derived (ManPage.md, `replay`, says the same):
 - rw: read/write by the ops seen, sequential when at least half the requests started where the
   previous one ended, mixed (readwrite/randrw) with rwmixread by request count;
 - numjobs: the threads that issued the stream's requests (at most MAX_JOBS), each clone a share
-  of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1);
+  of the bytes and the rate; iodepth: the mean in-flight requests per clone (at least 1) for
+  O_DIRECT, 1 for psync (a synchronous engine; the comment gives the depth the kernel made);
   libaio with direct=1 when the run used O_DIRECT (its metadata says so), else psync buffered,
   so the kernel's readahead and writeback make the requests again as they made the run's; no
   access-pattern advice (fadvise_hint=0: fio's default would advise FADV_RANDOM, no readahead,
@@ -17,6 +18,8 @@ How each field is derived (ManPage.md, `replay`, says the same):
   closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
   fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
   and not the one end_fsync=1 adds for the tail), fsync_on_close=1 when it flushed once a file;
+- startdelay: how long after its phase's first job the part's first request came, so the
+  jobs of a phase start staggered as the run's streams did (at least MIN_DELAY_MS);
 - rate: for a run that paces its own I/O (configs/tool.yaml replay.paced: KV users, DLIO's
   emulated computation, query clients), each direction's bytes over its window, so the replay
   offers the run's load rather than the array's limit.
@@ -60,6 +63,7 @@ TRIVIAL_SHARE = 0.01     # a stream with less of the traced bytes is not worth a
 SEQUENTIAL_SHARE = 0.5   # at least this share of sequential requests: a sequential job
 MIN_BLOCK, DIRECT_MIN_BLOCK = 512, 4096
 MAX_JOBS = 64            # clones of one stream's job at most (numjobs)
+MIN_DELAY_MS = 50        # a later start within a phase that a job's startdelay keeps
 KIB, MIB = 1024, 1024 ** 2
 HOST_PREFIX = re.compile(r"^h(\d+)-")
 
@@ -93,6 +97,7 @@ class Part:
     end: float | None = None
     phase: int = 0
     shared: bool = False  # a direction of a stream whose other direction's job uses the same files
+    delay: float = 0.0    # seconds after its phase's first part that it started
 
 
 def size_text(n: int) -> str:
@@ -269,15 +274,16 @@ def split(part: Part) -> list[Part]:
 
 def set_phases(parts: list[Part]) -> None:
     """Each part's phase: parts whose windows overlap (directly or through others) share one,
-    numbered in time order; every part stays in phase 0 when any has no window."""
+    numbered in time order, and how long after its phase's first part it started (`delay`);
+    every part stays in phase 0, undelayed, when any has no window."""
     if any(p.start is None or p.end is None for p in parts):
         return
-    phase, until = -1, float("-inf")
+    phase, until, first = -1, float("-inf"), 0.0
     for part in sorted(parts, key=lambda p: (p.start, p.end)):
         if part.start > until:
-            phase += 1
+            phase, first = phase + 1, part.start
         until = max(until, part.end)
-        part.phase = phase
+        part.phase, part.delay = phase, part.start - first
 
 
 def _job(part: Part, direct: bool, pace: bool) -> Job:
@@ -308,7 +314,7 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
     depth = _depth(stream, part.op)
     clones = max(1, min(MAX_JOBS, max(int((op or {}).get("threads") or 0) for op in (read, write))))
     options += [("ioengine", "libaio" if direct else "psync"), ("direct", "1" if direct else "0"),
-                ("iodepth", str(max(1, round(depth / clones)))), ("numjobs", str(clones))]
+                ("iodepth", str(max(1, round(depth / clones)) if direct else 1)), ("numjobs", str(clones))]
     size = max(largest, round((job.read_bytes + job.write_bytes) / clones / smallest) * smallest)
     options.append(("size", size_text(size)))
     per_file = file_size(read or write, floor) if read is None or write is None else 0
@@ -320,6 +326,8 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
     offered = {d: max(1, round(v / clones)) for d, v in rates(part, read, write).items()} if pace else {}
     if offered:
         options.append(("rate", f"{offered.get('read', '')},{offered.get('write', '')}".rstrip(",")))
+    if round(part.delay * 1000) >= MIN_DELAY_MS:  # it started that much later in the run's phase
+        options.append(("startdelay", f"{round(part.delay * 1000)}ms"))
     flushes = max(_requests(flush), int(stream.get("fsyncs") or 0)) if write is not None else 0
     started = int(stream.get("writeback_starts") or 0) if write is not None and not direct else 0
     if writes and started:  # the writer started its own writeback as it wrote: so does each clone

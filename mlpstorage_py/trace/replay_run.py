@@ -130,15 +130,17 @@ def fio_report(stdout: Path) -> dict[str, Any]:
 
 def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The replay's figures over every host's jobs: per direction, bytes over the time taken,
-    the longest job's runtime in each phase (fio's group: the jobs of one ran at once, on
-    every host) summed over the phases; and each job's summary."""
+    in each phase (fio's group: the jobs of one ran at once, on every host) from its start to
+    its last job's end (a job's startdelay, then its runtime), summed over the phases; and each
+    job's summary."""
     bytes_by = {d: 0 for d in DIRECTIONS}
-    longest: dict[tuple[str, int], float] = {}
+    longest: dict[tuple[str, int], float] = {}  # (direction, group): its last job's end, from the group's start
     hists: dict[str, dict[str, int]] = {d: {} for d in DIRECTIONS}
     summary = []
     for host_report in reports:
         for job in host_report.get("jobs") or []:
             runtime = float(job.get("job_runtime") or 0) / 1000
+            delay = _seconds((job.get("job options") or {}).get("startdelay") or "0")
             row: dict[str, Any] = {"host": host_report.get("_host"), "job": job.get("jobname"), "runtime_s": runtime,
                                    "error": job.get("error", 0)}
             for d in DIRECTIONS:
@@ -148,7 +150,7 @@ def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[s
                 if moved:
                     bytes_by[d] += moved
                     group = (d, int(job.get("groupid") or 0))
-                    longest[group] = max(longest.get(group, 0.0), runtime)
+                    longest[group] = max(longest.get(group, 0.0), delay + runtime)
                     clat = part.get("clat_ns") or {}
                     _merge(hists[d], _log2_us(clat.get("bins") or {}))
                     exact = clat.get("percentile") or {}  # fio's own, per job, for the record
@@ -157,6 +159,11 @@ def measured(reports: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[s
             summary.append(row)
     seconds_by = {d: sum(t for (direction, _), t in longest.items() if direction == d) for d in DIRECTIONS}
     return _figures(bytes_by, seconds_by, hists), summary
+
+
+def _seconds(text: str) -> float:
+    """A fio time as replay.fio writes it ("250ms", or plain seconds) in seconds."""
+    return float(text[:-2]) / 1000 if text.endswith("ms") else float(text.rstrip("s") or 0)
 
 
 def _ratios(replayed: dict[str, Any], traced: dict[str, Any]) -> dict[str, Any]:
