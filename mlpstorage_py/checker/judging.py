@@ -12,7 +12,6 @@ its filter from these functions and says why.
 from __future__ import annotations
 
 import functools
-import weakref
 from typing import Callable, TypeVar
 
 from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
@@ -24,17 +23,17 @@ T = TypeVar("T")
 
 
 def per_unit(func: Callable[[U], T]) -> Callable[[U], T]:
-    """Remember func's answer for the last unit asked (held weakly): a unit's checks run one
-    after another, and several ask the same fixed fact of it, so it is worked out once."""
-    last: list = [None, None]  # weakref to the unit, its answer
+    """Remember func's answer for the last unit asked: a unit's checks run one after another,
+    and several ask the same fixed fact of it, so it is worked out once. The unit is held (one
+    object, whose records its system's release drops), so no other can take its identity."""
+    last: list = [None, None]  # the unit, its answer
 
     @functools.wraps(func)
     def asked(unit: U) -> T:
-        ref, answer = last
-        if ref is None or ref() is not unit:
-            answer = func(unit)
-            last[0], last[1] = weakref.ref(unit), answer
-        return answer
+        if last[0] is not unit:
+            last[1] = func(unit)
+            last[0] = unit
+        return last[1]
     return asked
 
 

@@ -4,6 +4,8 @@ and the test's conduct (4.7). The shared readers of a checkpoint leaf live in ru
 
 from __future__ import annotations
 
+import functools
+
 import posixpath
 import re
 from pathlib import Path
@@ -185,6 +187,13 @@ def closed_per_host(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(_met_path(leaf), f"the hosts run {sum(layout)} accelerators in all (from {where}), not the {required} of Table 2")
 
 
+@functools.cache  # one reference a model: worked out once, not for each of its leaves
+def _flat_reference(model: str) -> tuple[dict, dict]:
+    """A model's reference configuration flattened, and each of its values as canonical() spells it."""
+    flat = flatten(_reference(model))
+    return flat, {key: canonical(value) for key, value in flat.items()}
+
+
 @rule("4.6.3", "checkpointClosedCheckpointParameters").check(LEAF, benchmark="checkpointing")
 def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED run's configuration equals its model's reference but for checkpoint.checkpoint_folder."""
@@ -201,8 +210,8 @@ def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     if recorded is None:
         yield _cannot(r, INVALID, leaf, "the workload configuration", leaf.problem("metadata") or "no parameters recorded")
         return
-    ours, theirs = flatten(recorded), flatten(reference)
-    changed = sorted(k for k in ours.keys() & theirs.keys() if k not in allowed and canonical(ours[k]) != canonical(theirs[k]))
+    ours, (theirs, spelled) = flatten(recorded), _flat_reference(model)
+    changed = sorted(k for k in ours.keys() & theirs.keys() if k not in allowed and canonical(ours[k]) != spelled[k])
     extra = sorted(k for k in ours.keys() - theirs.keys() if k not in allowed)
     missing = sorted(k for k in theirs.keys() - ours.keys() if k not in allowed)
     path = leaf.path_of("metadata") if where != "dlio_config/config.yaml" else leaf.path / "dlio_config" / "config.yaml"

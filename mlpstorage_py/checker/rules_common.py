@@ -227,12 +227,17 @@ def manifest_edition(r: Rule, pkg: Package) -> Iterable[Finding]:
 def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | None, edition: str,
                digest: str) -> str | None:
     """The comparability class a stamped run resolves to, or None."""
-    for entry in tables.comparability_classes():
-        if (entry["division"] == leaf_division and entry["family"] == family and entry["model"] == model
-                and entry["accelerator"] in ("any", accelerator) and edition in entry["editions"]
-                and digest in entry["core_configs"]):
+    for entry in _classes_of(leaf_division, family, model):
+        if entry["accelerator"] in ("any", accelerator) and edition in entry["editions"] and digest in entry["core_configs"]:
             return entry["id"]
     return None
+
+
+@functools.cache  # every run leaf asks: the table is searched once per workload, not per leaf
+def _classes_of(division: str, family: str, model: str) -> tuple[dict, ...]:
+    """The comparability classes of one division's workload, in the table's order."""
+    return tuple(entry for entry in tables.comparability_classes()
+                 if entry["division"] == division and entry["family"] == family and entry["model"] == model)
 
 
 @rule("EDN-02", "comparabilityClass").check(LEAF, command="run")

@@ -60,17 +60,19 @@ def core_config_allowlist(family: str) -> tuple[str, dict[str, list[str]]] | Non
     return allowlist_id, table["allowlists"][allowlist_id]
 
 
-def param_allowlist(family: str, mode: str) -> set[str]:
+@functools.cache  # the checker asks of every leaf
+def param_allowlist(family: str, mode: str) -> frozenset[str]:
     """Keys a user may override with --params in a division (open includes closed's)."""
     table = _load("params.yaml")[family]
     allowed = set(table["closed"])
     if mode != "closed":
         allowed |= set(table["open_extra"])
-    return allowed
+    return frozenset(allowed)
 
 
-def tool_injected_params(family: str) -> set[str]:
-    return set(_load("params.yaml")[family]["tool_injected"])
+@functools.cache
+def tool_injected_params(family: str) -> frozenset[str]:
+    return frozenset(_load("params.yaml")[family]["tool_injected"])
 
 
 def workloads() -> dict[str, Any]:

@@ -12,6 +12,7 @@ which then gives the data or raises exactly as it always does.
 
 from __future__ import annotations
 
+from sys import intern
 from typing import Any, Callable
 
 import yaml
@@ -73,6 +74,8 @@ def _node(loader: Any, get: Callable[[], Any], event: Any) -> Any:
         event = get()
         while type(event) is not _MAPPING_END:
             key = _scalar(loader, event) if type(event) is _SCALAR else _node(loader, get, event)
+            if type(key) is str:  # one string for each key a large document repeats: half the pickle's work
+                key = intern(key)
             event = get()  # a merge key `<<` has no constructor: _Unhandled; an unhashable key raises TypeError
             mapping[key] = _scalar(loader, event) if type(event) is _SCALAR else _node(loader, get, event)
             event = get()

@@ -140,7 +140,9 @@ def _scan(directory: Path) -> dict[str, str]:
 def names(directory: Path) -> dict[str, str]:
     """{name: kind} of a directory's entries in name order, without making a Path for each;
     a linked directory lists as empty."""
-    return _listing(directory, str(directory)).kinds
+    key = str(directory)
+    found = _listings.get(key)  # _listing, its usual answer inline: asked some twelve times a leaf
+    return (found if found is not None else _listing(directory, key)).kinds
 
 
 def entries(directory: Path) -> tuple[Entry, ...]:
