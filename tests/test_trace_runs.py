@@ -92,6 +92,9 @@ def test_a_traced_checkpoint_run_counts_what_its_ranks_wrote_and_read(results, t
     assert sorted(n.rsplit("-", 1)[1] for n in names) == ["read", "read", "write", "write"] and \
         names[2].endswith("-read") and names[1].endswith("-write"), text
     assert text.split(f"[{names[2]}]")[1].lstrip().startswith("stonewall"), text
+    # The run's files (the tracer counted the shards the ranks closed) and its own writeback
+    # starts (the engine's sync_file_range once a block) are in the jobs.
+    assert text.count("\nnrfiles=") == 4 and text.count("\nsync_file_range=write:") == 2, text
     # Replayed once, on another directory of the same disk.
     target = tmp_path / "replay"
     target.mkdir()
