@@ -82,6 +82,16 @@ def test_shares_shrink_towards_the_end(monkeypatch):
     assert sizes[0] == 250 and sizes[-1] == 10
 
 
+def test_meanwhile_runs_once_beside_the_workers(three_systems, monkeypatch):
+    """The caller's own work (shares.walk's meanwhile) is done once, with workers or without."""
+    monkeypatch.setattr(shares, "MIN_SHARE_LEAVES", 1)
+    pkg = Package.load(three_systems)
+    ran: list[int] = []
+    walked = shares.walk(pkg.systems, lambda share: [s.name for s in share], 2, lambda: ran.append(os.getpid()))
+    assert [name for part in walked for name in part] == ["sys1", "sys2", "sys3"] and ran == [os.getpid()]
+    assert shares.walk(pkg.systems, len, 1, lambda: ran.append(0)) == [3] and ran == [os.getpid(), 0]
+
+
 def test_each_system_is_released_before_the_next_is_read(three_systems):
     """A system check sees only its own system's readings: the one before it released them."""
     pkg = Package.load(three_systems)

@@ -26,7 +26,7 @@ def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
     first, rest = pkg.systems[:1], pkg.systems[1:]
     walked = [_walk(pkg, first, rules)]
     if rest:
-        walked += shares.walk(rest, lambda share: _walk(pkg, share, rules), workers)
+        walked += shares.walk(rest, lambda share: _walk(pkg, share, rules), workers, lambda: _ahead(pkg))
     for share_found, notes in walked:
         for number, findings in share_found.items():
             found[number].extend(findings)
@@ -35,6 +35,14 @@ def check(pkg: Package, rules: list[Rule], workers: int) -> Found:
     for rule, check_ in by_scope(rules)[PACKAGE]:
         found[rule.number].extend(rule.run(check_, pkg))
     return found
+
+
+def _ahead(pkg: Package) -> None:
+    """What the package's checks and the report ask for at the end, taken in while the workers
+    run: the whole manifests (from the process that parsed them) and the result names."""
+    for division, org, _ in pkg.orgs:
+        pkg.manifest(division, org)
+    pkg.result_names  # noqa: B018 - a kept property, worked out now
 
 
 def _walk(pkg: Package, share: shares.Share, rules: list[Rule]) -> tuple[Found, dict]:

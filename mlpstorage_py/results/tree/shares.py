@@ -69,20 +69,24 @@ def shares(systems: list[System], workers: int) -> list[Share]:
     return found
 
 
-def walk(systems: list[System], func: Callable[[Share], T], workers: int) -> list[T]:
+def walk(systems: list[System], func: Callable[[Share], T], workers: int,
+         meanwhile: Callable[[], None] = lambda: None) -> list[T]:
     """func of each share of the systems, in share order: in `workers` forked processes, or
-    here (one share) when workers < 2."""
+    here (one share) when workers < 2. `meanwhile`, work of the caller's that needs no share's
+    answer, is done here while the first workers run (left to the caller where none started)."""
     if workers < 2:
+        meanwhile()
         return [func(systems)]
     parts = shares(systems, workers)
     # The collector paused while the workers run: this process only takes in their answers, and
     # a full collection over a large package's listing held the next share's start by 0.6 s.
     with uncollected():
-        sent = _forked(parts, func, workers)
+        sent = _forked(parts, func, workers, meanwhile)
     return [got[0] if got is not None else func(part) for part, got in zip(parts, sent)]
 
 
-def _forked(parts: list[Share], func: Callable[[Share], T], workers: int) -> list[tuple[T] | None]:
+def _forked(parts: list[Share], func: Callable[[Share], T], workers: int,
+            meanwhile: Callable[[], None]) -> list[tuple[T] | None]:
     """(func(share),) of each share from a worker, None where none sent it."""
     context = multiprocessing.get_context("fork")
     done: list[tuple[T] | None] = [None] * len(parts)
@@ -97,6 +101,8 @@ def _forked(parts: list[Share], func: Callable[[Share], T], workers: int) -> lis
                     running[started[0]] = (index, started[1], time.monotonic() + TASK_DEADLINE_S)
             if not running:  # no process to be had: the rest are walked by the caller
                 break
+            meanwhile()
+            meanwhile = _nothing
             soonest = min(d for _, _, d in running.values())
             ready = wait(list(running), timeout=max(0.0, soonest - time.monotonic()))
             overdue = [r for r, (_, _, d) in running.items() if r not in ready and d <= time.monotonic()]
@@ -117,6 +123,10 @@ def _forked(parts: list[Share], func: Callable[[Share], T], workers: int) -> lis
             process.terminate()
             process.join()
     return done
+
+
+def _nothing() -> None:
+    """meanwhile, once it has run."""
 
 
 def _start(context: Any, func: Callable[[Share], Any], share: Share) -> tuple[Connection, Any] | None:
