@@ -30,7 +30,6 @@ bound (a power of two, as a decimal string): count}:
                                                        "files": n, "file_bytes": n}},  # read/write: files closed, their sizes
                       "fsyncs": n,            # its fsync/fdatasync calls (block level, work only)
                       "writeback_starts": n,  # its sync_file_range(SYNC_FILE_RANGE_WRITE) calls (the same)
-                      "writeback_waits": n,   # those of them that waited too (SYNC_FILE_RANGE_WAIT_AFTER)
                       "in_flight_mean": x}]}},   # mean over the whole trace
      "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
                                    # I/O no client host issued (writeback)

@@ -49,7 +49,7 @@ READ, WRITE, FLUSH = 0, 1, 2
 
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
 RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast", "@stid")
-BLOCK_RESULT_MAPS = ("@sfsync", "@ssfr", "@ssfw")  # only the block program defines them
+BLOCK_RESULT_MAPS = ("@sfsync", "@ssfr")  # only the block program defines them
 FILE_RESULT_MAPS = ("@sfiles", "@sfbytes")  # only a program that counts files defines them
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
@@ -88,9 +88,7 @@ RQ = "(uint64)args->dev, args->sector"
 # its writer fsyncs it (that writeback runs in the writer's own context). A work process's
 # fsync calls are counted too (`@sfsync[owner]`): the block layer merges concurrent flushes, so
 # its flush requests undercount them; so are its sync_file_range calls that start writeback
-# (SYNC_FILE_RANGE_WRITE, `@ssfr[owner]`), a writer's own way to keep the device busy, and those
-# that also wait for it to finish (SYNC_FILE_RANGE_WAIT_AFTER, `@ssfw[owner]`), its way to bound
-# what it has dirty. The map holds what
+# (SYNC_FILE_RANGE_WRITE, `@ssfr[owner]`), a writer's own way to keep the device busy. The map holds what
 # the kernel's map size allows (4,096 inodes dirty at once by default); beyond that the
 # writeback is the kernel threads' again.
 WHO = ("$own = " + OWNER + "; $who = comm; "
@@ -104,10 +102,7 @@ tracepoint:writeback:writeback_single_inode /@wbino[tid]/ {{
   delete(@wbino[tid]);
   if (args->wrote < (uint64)args->nr_to_write) {{ delete(@iown[(uint64)args->ino]); delete(@icomm[(uint64)args->ino]); }}
 }}
-tracepoint:syscalls:sys_enter_sync_file_range /@work[pid] && (args->flags & 2)/ {{
-  @ssfr[{OWNER}] = count();
-  if (args->flags & 4) {{ @ssfw[{OWNER}] = count(); }}
-}}
+tracepoint:syscalls:sys_enter_sync_file_range /@work[pid] && (args->flags & 2)/ {{ @ssfr[{OWNER}] = count(); }}
 tracepoint:syscalls:sys_enter_fsync, tracepoint:syscalls:sys_enter_fdatasync /@work[pid]/ {{
   @sfsync[{OWNER}] = count();
   $t = curtask;

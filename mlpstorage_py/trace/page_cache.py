@@ -6,7 +6,7 @@ engine, kv-cache.py's DONTNEED) recycles a few MiB of pages, while a buffered fi
 page it touched and takes each next one from the host's free memory. What that costs is the
 host's state, not the storage's: measured here, on a VM whose balloon gets its free memory
 reported back, a checkpoint replay's buffered writes ran at 0.37 of the run unbounded, 0.5-0.7
-bounded at 1 GiB (its first GiB of pages fresh) and 1.1-1.3 at 256 MiB. With the cgroup's limit
+bounded at 1 GiB (its first GiB of pages fresh) and 0.95-1.1 at 128 MiB. With the cgroup's limit
 the kernel reclaims fio's clean pages and hands them out again, as the run's did.
 
 Where this host has no memory controller to use (not root, no cgroup with one), fio runs

@@ -220,8 +220,8 @@ class Collector:
             owner, dev, op, comm = _stream_key(key)
             busy[(owner, dev, op, comm)] = busy.get((owner, dev, op, comm), 0) + int(value)
         first, last = self._window("@sfirst"), self._window("@slast")
-        fsyncs, writebacks, waits = ({_ints(key, 1)[0]: int(value) for key, value in self.maps.get(name, {}).items()}
-                                     for name in ("@sfsync", "@ssfr", "@ssfw"))
+        fsyncs, writebacks = ({_ints(key, 1)[0]: int(value) for key, value in self.maps.get(name, {}).items()}
+                              for name in ("@sfsync", "@ssfr"))
         files = {name: self._per_owner_op(name) for name in ("@sfiles", "@sfbytes")}
         threads: dict[tuple[int, int, int], int] = {}
         for key in self.maps.get("@stid", {}):
@@ -244,7 +244,6 @@ class Collector:
                     entry["file_bytes"] = files["@sfbytes"].get((owner, i), 0)
             stream["fsyncs"] = fsyncs.get(owner, 0)
             stream["writeback_starts"] = writebacks.get(owner, 0)
-            stream["writeback_waits"] = waits.get(owner, 0)
             total_us = sum(busy.get((owner, dev, i, comm), 0) for i in range(len(OPS)))
             stream["in_flight_mean"] = round(total_us / (span_s * 1e6), 4) if span_s > 0 else None
             out.append(stream)

@@ -13,8 +13,8 @@ How each field is derived (ManPage.md, `replay`, says the same):
   so the kernel's readahead and writeback make the requests again as they made the run's; no
   access-pattern advice (fadvise_hint=0: fio's default would advise FADV_RANDOM, no readahead,
   for a random job); sync_file_range=write:N when the run started its writeback itself (N
-  writes per call), wait_before,write,wait_after:N when it also waited for it (N writes per
-  waiting call);
+  writes per call; never its waits: fio's would wait for the writes just made, where a writer
+  that waits does so for a range well behind, so the replay's page-cache bound stands in);
 - size: the stream's bytes; nrfiles and filesize: where the trace counted the files the work
   closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
   fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
@@ -331,10 +331,7 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
         options.append(("startdelay", f"{round(part.delay * 1000)}ms"))
     flushes = max(_requests(flush), int(stream.get("fsyncs") or 0)) if write is not None else 0
     started = int(stream.get("writeback_starts") or 0) if write is not None and not direct else 0
-    waited = int(stream.get("writeback_waits") or 0) if started else 0
-    if writes and waited:  # the writer waited for its writeback every so often: so does each clone
-        options.append(("sync_file_range", f"wait_before,write,wait_after:{max(1, round(writes / waited))}"))
-    elif writes and started:  # the writer started its own writeback as it wrote: so does each clone
+    if writes and started:  # the writer started its own writeback as it wrote: so does each clone
         options.append(("sync_file_range", f"write:{max(1, round(writes / started))}"))
     written = int((write or {}).get("files") or 0) if count else 0
     if writes and flushes and written and abs(flushes - written) <= max(1, written // 10):
@@ -353,7 +350,6 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
                    f"in flight {depth:.2f} on average ({engine})"]
     if writes and started:
         job.comment.append(f"the process started its own writeback {started} times (sync_file_range), "
-                           + (f"waiting for it {waited} of them, " if waited else "")
                            + "so each clone does after its share of the writes")
     if count:
         touched = read if write is None else write
