@@ -4,6 +4,7 @@ its head first, and an error it meets is raised in the caller, where it belongs.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -55,3 +56,30 @@ def test_a_forked_child_of_the_caller_works_it_out_itself():
     assert int(os.read(read, 64)) == child
     os.close(read)
     assert aside.head() != child and aside.result() != child
+
+
+def test_the_process_ends_when_the_caller_goes_without_the_answer():
+    """A caller that exits having taken only the head (or nothing) leaves no process behind,
+    blocked on an answer too large for the pipe."""
+    if not hasattr(os, "fork"):
+        return
+    read, write = os.pipe()
+    caller = os.fork()
+    if caller == 0:
+        aside = Aside(lambda: list(range(10 ** 5)), len)  # its pickle fills the pipe
+        os.write(write, str(aside._process.pid).encode())
+        aside.head()
+        os._exit(0)  # no atexit: nothing ends the aside process but its broken pipe
+    os.close(write)
+    pid = int(os.read(read, 64))
+    os.close(read)
+    os.waitpid(caller, 0)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the aside process outlived its caller")

@@ -57,7 +57,7 @@ class Aside(Generic[T, H]):
         except OSError:
             return
         try:
-            self._process = context.Process(target=_work, args=(func, head_of, send), daemon=True)
+            self._process = context.Process(target=_work, args=(func, head_of, send, receive), daemon=True)
             self._process.start()
             self._receive = receive
         except OSError:
@@ -103,12 +103,16 @@ class Aside(Generic[T, H]):
         self._process.join()
 
 
-def _work(func: Callable[[], Any], head_of: Callable[[Any], Any], send: Connection) -> None:
+def _work(func: Callable[[], Any], head_of: Callable[[Any], Any], send: Connection, inherited: Connection) -> None:
+    inherited.close()  # the caller's end: with it closed here, a caller gone before taking the answer ends this process
     settle()
     try:
         sent = func()
         head = head_of(sent)
     except Exception:  # noqa: BLE001 - the caller works it out again and raises it where it belongs
         return
-    send.send(head)
-    send.send(sent)
+    try:
+        send.send(head)
+        send.send(sent)
+    except OSError:  # the caller went away without the answer (a broken pipe): nothing to tell
+        pass
