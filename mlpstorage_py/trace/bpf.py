@@ -139,6 +139,9 @@ tracepoint:syscalls:sys_enter_close /@go && @work[pid]/ {{
 """
 
 
+METADATA_MAX = 256 << 10  # a larger request is data (inode-table readahead is 128 KiB): its rwbs is not looked at
+
+
 def _metadata(rwbs: str) -> str:
     """A bpftrace condition: the request carries REQ_META (an `M` in its rwbs, after the op and
     its F/A/S flags: a filesystem's bitmaps, inode tables, directories)."""
@@ -203,7 +206,7 @@ tracepoint:block:block_rq_issue /{only}/ {{
       @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum(args->bytes); @sz[$ns, $dev, $op] = hist(args->bytes);
       @srq[$own, $dev, $op, $comm] = count(); @sby[$own, $dev, $op, $comm] = sum(args->bytes);
       @ssz[$own, $dev, $op, $comm] = hist(args->bytes);
-      if (!{_metadata("args->rwbs")}) {{ {WINDOW} }}
+      if (args->bytes > {METADATA_MAX} || !{_metadata("args->rwbs")}) {{ {WINDOW} }}
     }}
   }}
 }}
