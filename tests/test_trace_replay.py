@@ -393,7 +393,8 @@ def test_a_writer_that_started_its_own_writeback_gets_sync_file_range():
 def test_the_replays_page_cache_is_bounded(tmp_path):
     """Inside page_cache.bounded this process (and what it starts) is in a memory cgroup of the
     limit: a child writing 256 MiB buffered never has more than the limit charged, and its file
-    is whole; afterwards the process is back where it was and the group is gone. Where this host
+    is whole; afterwards the process is back where it was and the group is gone, and so is the
+    empty group a killed replay left. Where this host
     has no memory controller to use, the bound says so and the block runs unbounded."""
     from mlpstorage_py.trace import page_cache
 
@@ -402,7 +403,9 @@ def test_the_replays_page_cache_is_bounded(tmp_path):
         with page_cache.bounded(64 * MIB) as bound:
             assert bound == f"not bounded: {found}"
         pytest.skip(found)
-    _, version = found
+    root, version = found
+    stale = (root if version == "v1" else page_cache._own(root, version)) / f"{page_cache.PREFIX}{2 ** 22 + 1}"
+    stale.mkdir()  # a replay's group whose mlpstorage was killed (no pid reaches 2^22 + 1)
     before = Path("/proc/self/cgroup").read_text()
     with page_cache.bounded(64 * MIB) as bound:
         assert bound.startswith(f"bounded: memory cgroup {version} ") and bound.endswith(", 64 MiB"), bound
@@ -414,7 +417,7 @@ def test_the_replays_page_cache_is_bounded(tmp_path):
         peak = int((group / ("memory.peak" if version == "v2" else "memory.max_usage_in_bytes")).read_text())
         assert peak <= 64 * MIB, peak
     assert (tmp_path / "big").stat().st_size == 256 * MIB
-    assert not group.exists() and Path("/proc/self/cgroup").read_text() == before
+    assert not group.exists() and not stale.exists() and Path("/proc/self/cgroup").read_text() == before
     with page_cache.bounded(0) as bound:
         assert bound == "not bounded: --page-cache-mib 0"
 

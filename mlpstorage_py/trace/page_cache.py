@@ -23,6 +23,7 @@ from typing import Iterator
 MOUNTINFO = Path("/proc/self/mountinfo")
 CGROUP = Path("/proc/self/cgroup")
 MIB = 2 ** 20
+PREFIX = "mlpstorage-replay-"  # a group's name: this, then the pid of the mlpstorage that made it
 
 
 def _mounts() -> list[tuple[str, str, list[str]]]:
@@ -61,6 +62,15 @@ def _own(root: Path, version: str) -> Path:
     return root
 
 
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty groups of replays whose mlpstorage is gone (killed inside the block)."""
+    for group in parent.glob(f"{PREFIX}*"):
+        pid = group.name[len(PREFIX):]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                group.rmdir()  # refused while a process is still in it
+
+
 @contextlib.contextmanager
 def bounded(limit_bytes: int) -> Iterator[str]:
     """Run the block inside a memory cgroup of `limit_bytes`; yields what was done, as one line
@@ -71,7 +81,9 @@ def bounded(limit_bytes: int) -> Iterator[str]:
         return
     root, version = found
     home = _own(root, version)
-    group = (home if version == "v2" else root) / f"mlpstorage-replay-{os.getpid()}"
+    parent = home if version == "v2" else root
+    _remove_stale(parent)
+    group = parent / f"{PREFIX}{os.getpid()}"
     try:
         group.mkdir()
         (group / ("memory.max" if version == "v2" else "memory.limit_in_bytes")).write_text(str(limit_bytes))
