@@ -23,8 +23,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from mlpstorage_py.launch.rank_guard import LIBC, PR_SET_PDEATHSIG
+from mlpstorage_py.launch import process
 from mlpstorage_py.trace.devices import facts
 
 STOP_GRACE_S = 20.0  # bpftrace reads and prints every map after SIGINT; a big one takes seconds
@@ -42,18 +43,16 @@ def bpftrace_env() -> dict[str, str]:
     return {**os.environ, "BPFTRACE_MAP_KEYS_MAX": MAP_KEYS_MAX}
 
 
-def prepare_child(parent: int) -> None:
-    """In bpftrace's process before exec: as much locked memory as we may have (bpftrace raises
-    RLIMIT_MEMLOCK itself and warns where it may not; kernels since 5.11 charge BPF maps to the
-    memory cgroup instead, so it still works), and SIGTERM when its parent dies, even by SIGKILL."""
+def start(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """bpftrace started through launch/process's exec guard (SIGTERM when its starter dies, even
+    by SIGKILL; no Python between fork and exec in a process with threads), with as much locked
+    memory as we may have, which it inherits (bpftrace raises RLIMIT_MEMLOCK itself and warns
+    where it may not; kernels since 5.11 charge BPF maps to the memory cgroup instead)."""
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     except (OSError, ValueError):
         pass
-    if LIBC is not None:
-        LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
+    return subprocess.Popen(process.guarded(argv, os.getpid()), start_new_session=True, **popen)
 
 
 def stop(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int:
@@ -73,12 +72,10 @@ def _run(program: Path) -> int:
               "must be on a filesystem every client host shares", file=sys.stderr)
         return 1
     bpftrace = shutil.which("bpftrace") or "bpftrace"
-    parent = os.getpid()
     ending: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: ending.append(signum))
-    child = subprocess.Popen(bpftrace_argv(bpftrace, program), stdin=subprocess.DEVNULL, env=bpftrace_env(),
-                             start_new_session=True, preexec_fn=lambda: prepare_child(parent))
+    child = start(bpftrace_argv(bpftrace, program), stdin=subprocess.DEVNULL, env=bpftrace_env())
     while child.poll() is None and not ending:
         try:
             ready, _, _ = select.select([sys.stdin.fileno()], [], [], 0.5)

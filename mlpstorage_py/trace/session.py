@@ -126,16 +126,14 @@ class _Tracer:
         self.program = workdir / f"io-trace-{uuid.uuid4().hex[:12]}-{index}.bt"
         filesystems = [int(p["fs_dev"]) for p in self.answer["paths"] if p.get("fs_dev") is not None]
         self.program.write_text(program(self.targets, mark, filesystems), encoding="utf-8")
-        parent = os.getpid()
         if self.local:
             argv = agent.bpftrace_argv(self.answer["bpftrace"], self.program)
             stdin: int = subprocess.DEVNULL
         else:
             argv, stdin = _remote(shell, self.host, [*AGENT, "run", str(self.program)]), subprocess.PIPE
         log.info(f"trace-io: {self.host}: {shlex.join(argv)}")
-        self.child = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      env=agent.bpftrace_env(), start_new_session=True,
-                                      preexec_fn=lambda: agent.prepare_child(parent))
+        self.child = agent.start(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=agent.bpftrace_env())
         self.readers = [threading.Thread(target=self._read, args=(self.child.stdout, self.collector.feed), daemon=True),
                         threading.Thread(target=self._read, args=(self.child.stderr, self._error), daemon=True)]
         for reader in self.readers:
