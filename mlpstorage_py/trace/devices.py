@@ -38,24 +38,34 @@ def _existing(path: str) -> Path:
     return here
 
 
+def mounts() -> list[tuple[str, str, str, str, list[str]]]:
+    """Every mount, from mountinfo: (major:minor, mount point, filesystem type, source, super
+    options); none where mountinfo cannot be read."""
+    found = []
+    try:
+        lines = MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and len(tail) >= 2:
+            options = tail[2].split(",") if len(tail) >= 3 else []
+            found.append((fields[2], fields[4].replace("\\040", " "), tail[0], tail[1], options))
+    return found
+
+
 def _mount(path: Path, major: int, minor: int) -> tuple[str, str, str]:
     """(mount point, filesystem type, source) of the mount holding `path` (the longest mount
     point above it with that device), from mountinfo; ("?", "?", "?") when none is listed."""
     best = ("?", "?", "?")
-    try:
-        lines = MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return best
     resolved = str(path.resolve())
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 2 or fields[2] != f"{major}:{minor}":
+    for device, point, fstype, source, _ in mounts():
+        if device != f"{major}:{minor}":
             continue
-        point = fields[4].replace("\\040", " ")
         inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
         if inside and (best[0] == "?" or len(point) > len(best[0])):
-            best = (point, tail[0], tail[1])
+            best = (point, fstype, source)
     return best
 
 
@@ -113,11 +123,7 @@ def _boot_id() -> str:
 def _tracefs() -> str | None:
     """Where tracefs is mounted (its events listed there, or mountinfo naming it: a user who
     may not list it still learns it is there), or None."""
-    try:
-        mounted = {line.split(" - ")[0].split()[4] for line in MOUNTINFO.read_text().splitlines()
-                   if " - tracefs " in line}
-    except (OSError, IndexError):
-        mounted = set()
+    mounted = {point for _, point, fstype, _, _ in mounts() if fstype == "tracefs"}
     return next((d for d in TRACEFS if d in mounted or os.path.isdir(os.path.join(d, "events"))), None)
 
 

@@ -20,34 +20,24 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-MOUNTINFO = Path("/proc/self/mountinfo")
+from mlpstorage_py.trace.devices import mounts
+
 CGROUP = Path("/proc/self/cgroup")
 MIB = 2 ** 20
 PREFIX = "mlpstorage-replay-"  # a group's name: this, then the pid of the mlpstorage that made it
-
-
-def _mounts() -> list[tuple[str, str, list[str]]]:
-    """(mount point, filesystem type, super options) of every mount, from mountinfo."""
-    found = []
-    with contextlib.suppress(OSError):
-        for line in MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines():
-            left, _, right = line.partition(" - ")
-            fields, tail = left.split(), right.split()
-            if len(fields) >= 5 and len(tail) >= 3:
-                found.append((fields[4], tail[0], tail[2].split(",")))
-    return found
 
 
 def hierarchy() -> tuple[Path, str] | str:
     """(the memory controller's mount, "v1"|"v2") where this host has one to use, else why not."""
     if os.geteuid() != 0:
         return "not root (a memory cgroup needs root)"
-    for point, fstype, options in _mounts():
+    found = mounts()
+    for _, point, fstype, _, _ in found:
         if fstype == "cgroup2":
             with contextlib.suppress(OSError):
                 if "memory" in (Path(point) / "cgroup.controllers").read_text().split():
                     return Path(point), "v2"
-    for point, fstype, options in _mounts():
+    for _, point, fstype, _, options in found:
         if fstype == "cgroup" and "memory" in options:
             return Path(point), "v1"
     return "no cgroup with the memory controller is mounted"
