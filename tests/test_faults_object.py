@@ -137,12 +137,43 @@ def dataset(results: Path, env: dict[str, str], data: str) -> None:
     assert gen.returncode == 0, gen.stderr
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> dict[str, bytes]:
+    """The objects (key: bytes) of one 16-file dataset under data/, generated once for the
+    module by a real datagen on an endpoint of its own: the runs below read a copy of it."""
+    import boto3
+
+    from mlpstorage_py.results.sentinel import init_results_dir
+
+    base = tmp_path_factory.mktemp("s3-dataset")
+    results, _ = init_results_dir("Org", base / "R")
+    with own_endpoint(base) as (server, env, bucket):
+        dataset(results, env, f"s3://{bucket}/data")
+        s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="x", aws_secret_access_key="x",
+                          region_name="us-east-1")
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="data/")
+                for o in page.get("Contents", [])]
+        objects = {key: s3.get_object(Bucket=bucket, Key=key)["Body"].read() for key in keys}
+    assert len([k for k in objects if k.startswith("data/unet3d/train/")]) == 16, sorted(objects)
+    return objects
+
+
+def copy_dataset(env: dict[str, str], bucket: str, objects: dict[str, bytes]) -> None:
+    """The module's generated dataset put into this endpoint's bucket (what dataset() would write)."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="x", aws_secret_access_key="x",
+                      region_name="us-east-1")
+    for key, body in objects.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+
+
 @pytest.mark.parametrize("command", ["datagen", "run"])
-def test_s3_endpoint_dies_mid_training(results, tmp_path, command):
+def test_s3_endpoint_dies_mid_training(results, tmp_path, command, request):
     with own_endpoint(tmp_path) as (server, env, bucket):
         data = f"s3://{bucket}/data"
         if command == "run":
-            dataset(results, env, data)
+            copy_dataset(env, bucket, request.getfixturevalue("generated"))
         params = ["dataset.num_files_train=20000"] if command == "datagen" else ["train.epochs=1000"]
         code, err, took = fault_endpoint_mid_run(training(command, data, results, *params), env, server,
                                                  working(results, command))
@@ -153,16 +184,21 @@ def test_s3_endpoint_dies_mid_training(results, tmp_path, command):
            message=message[:160], seconds=round(took, 1))
 
 
-def test_s3_endpoint_that_stops_answering_is_ended_by_the_deadline(results, tmp_path):
+# The stopped endpoint's run waits out its whole deadline. The fault comes once epoch 1 has been
+# read, about 1.5 s after every rank started (the deadline's start) on a quiet machine.
+STOPPED_DEADLINE_S = 20
+
+
+def test_s3_endpoint_that_stops_answering_is_ended_by_the_deadline(results, tmp_path, generated):
     """A stopped server still accepts connections: nothing fails, so the run's deadline ends it."""
     with own_endpoint(tmp_path) as (server, env, bucket):
         data = f"s3://{bucket}/data"
-        dataset(results, env, data)
-        argv = training("run", data, results, "train.epochs=1000", deadline=45)
+        copy_dataset(env, bucket, generated)
+        argv = training("run", data, results, "train.epochs=1000", deadline=STOPPED_DEADLINE_S)
         code, err, took = fault_endpoint_mid_run(argv, env, server, working(results, "run"), signal.SIGSTOP)
     message = assert_failed_run(code, err, results, "run", str(results))
-    assert code == 7 and "deadline of 45 s (counted from the start of every rank)" in message, message
+    assert code == 7 and f"deadline of {STOPPED_DEADLINE_S} s (counted from the start of every rank)" in message, message
     # The work deadline began before the fault (every rank had started): ended within it, plus the teardown.
-    assert took < 45 + 30, f"{took:.1f} s from the fault"
+    assert took < STOPPED_DEADLINE_S + 30, f"{took:.1f} s from the fault"
     record("fault", 1, 1, benchmark="training run (object)", fault="S3 endpoint stopped (SIGSTOP)", exit=code,
            message=message[:160], seconds=round(took, 1))
