@@ -7,7 +7,8 @@ first character no implicit resolver claims is a string without asking the resol
 scalar is resolved and constructed by PyYAML's own resolver and constructors, so its type and
 value are PyYAML's. Whatever this path does not handle itself (anchors, aliases, explicit tags,
 merge keys, unhashable keys, a second document, any error) is handed to yaml.load unchanged,
-which then gives the data or raises exactly as it always does.
+which then gives the data or raises exactly as it always does. Before either, the plain block
+form most records are written in is read line by line (block_yaml), faster still.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from sys import intern
 from typing import Any, Callable
 
 import yaml
+
+from mlpstorage_py.results.tree import block_yaml
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STR = "tag:yaml.org,2002:str"
@@ -31,6 +34,10 @@ class _Unhandled(Exception):
 
 def load(text: str) -> Any:
     """The data of a single-document YAML text, or the exception yaml.load raises for it."""
+    try:
+        return block_yaml.load(text)
+    except block_yaml.Unhandled:
+        pass
     try:
         return _from_events(LOADER(text))
     except (_Unhandled, yaml.YAMLError, TypeError, ValueError, RecursionError):
