@@ -6,8 +6,11 @@ checks the exit code and the failed leaf, and that no process of ours survives o
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,40 @@ def leaves_of(results: Path, command: str) -> list[Path]:
 def datagen(cli, results, data_dir, hosts, files=12):
     return cli("open", "training", "unet3d", "datagen", "-np", str(len(hosts)), "-dd", data_dir, "-sn", "sys1",
                "-rd", results, "--hosts", *hosts, "-aip", "--params", f"dataset.num_files_train={files}", *SMALL)
+
+
+@pytest.fixture(scope="module")
+def four_files_two_hosts(_sim_cluster, tmp_path_factory) -> Path:
+    """A 4-file dataset (unet3d/ with its manifest) generated once for the module by a real
+    datagen on the session's first two hosts, on another filesystem than the results; the
+    run tests below each copy it into their own data directory (one corrupts a file)."""
+    shm = Path("/dev/shm")
+    base = tmp_path_factory.mktemp("dataset-2-hosts")
+    if not shm.is_dir() or shm.stat().st_dev == base.stat().st_dev:
+        pytest.skip("needs /dev/shm on a separate filesystem")
+    from mlpstorage_py.results.sentinel import init_results_dir
+
+    results, _ = init_results_dir("Org", base / "R")
+    data = shm / f"mlps-test-{uuid.uuid4().hex[:8]}"
+    data.mkdir()
+    try:
+        argv = [str(MLPSTORAGE), "open", "training", "unet3d", "datagen", "-np", "2", "-dd", str(data), "-sn", "sys1",
+                "-rd", str(results), "--hosts", *_sim_cluster.names[:2], "-aip", "--params", "dataset.num_files_train=4",
+                *SMALL]
+        work = base / "cwd"
+        work.mkdir()
+        gen = subprocess.run(argv, env={**subprocess_env(base), **_sim_cluster.env()}, cwd=work, capture_output=True,
+                             text=True, timeout=600)
+        assert gen.returncode == 0, gen.stderr
+        assert len(list((data / "unet3d" / "train").rglob("*.npz"))) == 4
+        yield data
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def copy_dataset(dataset: Path, data_dir: Path) -> None:
+    """The module's generated dataset into data_dir, as a datagen there would have left it."""
+    shutil.copytree(dataset / "unet3d", data_dir / "unet3d", symlinks=True)
 
 
 def assert_host_records(meta: dict, hosts: list[str], ranks_each: int = 1) -> None:
@@ -119,9 +156,10 @@ def test_frozen_host_fails_fast_with_a_failed_leaf(cli, results, other_fs_dir, m
     print(f"\nfrozen host detected in {elapsed:.1f} s")
 
 
-def test_a_crashing_rank_tears_the_job_down_and_its_error_reaches_the_leaf(cli, results, other_fs_dir, sim_hosts):
+def test_a_crashing_rank_tears_the_job_down_and_its_error_reaches_the_leaf(cli, results, other_fs_dir, sim_hosts,
+                                                                           four_files_two_hosts):
     hosts = sim_hosts.names[:2]
-    assert datagen(cli, results, other_fs_dir, hosts, files=4).rc == 0
+    copy_dataset(four_files_two_hosts, other_fs_dir)
     victim = sorted((other_fs_dir / "unet3d" / "train").rglob("*.npz"))[-1]
     victim.write_bytes(b"not an npz file")  # a corrupt sample: the rank that reads it raises
     res = cli("open", "training", "unet3d", "run", "-at", "b200", "-na", "2", "-cm", "1", "-dd", other_fs_dir,
@@ -138,15 +176,15 @@ def test_a_crashing_rank_tears_the_job_down_and_its_error_reaches_the_leaf(cli, 
     print(f"\nrank crash detected in {elapsed:.1f} s")
 
 
-def test_sigint_mid_run_on_remote_ranks(results, other_fs_dir, sim_hosts, tmp_path, cli):
+def test_sigint_mid_run_on_remote_ranks(results, other_fs_dir, sim_hosts, tmp_path, four_files_two_hosts):
     hosts = sim_hosts.names[:2]
-    assert datagen(cli, results, other_fs_dir, hosts, files=4).rc == 0
+    copy_dataset(four_files_two_hosts, other_fs_dir)
     slow = [p for p in SMALL if not p.startswith(("train.epochs", "train.computation_time"))]
     argv = [str(MLPSTORAGE), "open", "training", "unet3d", "run", "-at", "b200", "-na", "2", "-cm", "1", "-dd",
             str(other_fs_dir), "-sn", "sys1", "-rd", str(results), "--hosts", *hosts, "-aip", "--params",
             *slow, "train.epochs=50", "train.computation_time=1"]
     env = {**subprocess_env(tmp_path), **sim_hosts.env()}
-    before = count_logged(results, WORK_PHASE)  # the datagen's job
+    before = count_logged(results, WORK_PHASE)  # jobs of this results tree before the run's
     code, err, elapsed = signal_when_ready(argv, env, lambda: work_started(results, before) and _dlio_ranks_running(sim_hosts, hosts),
                                            signal.SIGINT)
     assert code == 8, err
