@@ -250,7 +250,7 @@ def _content(key: Key) -> _Content:
         try:
             data = _read_bytes(key)
             text, undecodable = _decode(data)
-            found = _Content(text, None, undecodable, data if undecodable is None and b"\r" not in data else None)
+            found = _Content(text, None, undecodable, data if undecodable is None and data.find(b"\r") < 0 else None)
         except OSError as exc:
             found = _Content(None, exc, None)
         _contents[key] = found
