@@ -110,9 +110,9 @@ def _listing(directory: Path, key: Key) -> _Listing:
         if key == _root:
             enterable = True  # as given
         elif _below_root(key):
-            enterable = kind_of(directory) == DIR  # by its parent's listing: nothing below a link is listed
+            enterable = _kind(key, directory) == DIR  # by its parent's listing: nothing below a link is listed
         else:
-            enterable = kind_of(directory) != LINK  # outside the package: os.scandir would follow a link
+            enterable = _kind(key, directory) != LINK  # outside the package: os.scandir would follow a link
         found = _listings[key] = _Listing(directory, _scan(directory) if enterable else {})
     return found
 
