@@ -35,7 +35,8 @@ _LONGEST_KEY = 1024  # libyaml refuses an implicit key this long
 _DEEPEST = 100
 _SCALARS: dict[str, Any] = {}  # a value's text -> its value
 _KEYS: dict[str, str] = {}  # a plain key's text -> the key
-_MOST_KEPT = 1 << 14
+_MOST_KEPT = 1 << 14  # entries each of those keeps, at most
+_LONGEST_KEPT = 256  # and only values this short: the memory they hold stays small
 # A line as read: (indentation, key or None, the rest, whether it is a sequence item). An item
 # whose rest starts a mapping ("- key: value") is two lines: the item, then its mapping's first
 # key at the column after the dash, as if written on the next line.
@@ -196,9 +197,10 @@ def _scalar(text: str) -> Any:
         if text == "[]" or text == "{}":
             return [] if text == "[]" else {}
         value = _uncached_scalar(text)
-        if len(_SCALARS) >= _MOST_KEPT:
-            _SCALARS.clear()
-        _SCALARS[text] = value
+        if len(text) <= _LONGEST_KEPT:
+            if len(_SCALARS) >= _MOST_KEPT:
+                _SCALARS.clear()
+            _SCALARS[text] = value
     return value
 
 
