@@ -87,15 +87,15 @@ exec {sim_hosts.ssh_wrapper} "$@"
 """)
     agent.chmod(0o755)
     monkeypatch.setenv("PRTE_MCA_plm_ssh_agent", str(agent))
-    res = ckpt(cli, results, other_fs_dir, hosts, 1, 0, "--startup-allowance", "10")
+    res = ckpt(cli, results, other_fs_dir, hosts, 1, 0, "--startup-allowance", "5")
     assert res.rc == 11, res.err
     (error,) = [l for l in res.err.splitlines() if l.startswith("mlpstorage: error:")]
     # prterun starts no rank until every daemon is up: no rank anywhere reports, h2 among the hosts
-    assert "start-up allowance of 10 s" in error and "4 of 4 rank(s) did not report" in error, error
+    assert "start-up allowance of 5 s" in error and "4 of 4 rank(s) did not report" in error, error
     assert f"no rank on {hosts[0]}, {hosts[1]} started" in error, error
     (leaf,) = all_leaves(results)
     meta = meta_of(leaf, "checkpointing")
-    assert meta["exit_status"] == 11 and meta["startup_allowance_s"] == 10 and meta["startup_seconds"] is None
+    assert meta["exit_status"] == 11 and meta["startup_allowance_s"] == 5 and meta["startup_seconds"] is None
     # sim_hosts asserts on teardown that no rank, prted or ssh session survived on any host
 
 
