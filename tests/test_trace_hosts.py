@@ -25,15 +25,21 @@ MIB = 2 ** 20
 GONE_WITHIN_S = 60.0  # a generous cap on waiting for a condition, never a margin being measured
 
 
-@pytest.fixture
-def traced_hosts(sim_hosts):
-    """The simulated hosts with tracefs mounted in each (a host's sshd runs in a mount namespace
-    of its own, with a fresh /sys: `ip netns exec` remounts it)."""
+@pytest.fixture(scope="module")
+def _tracefs_on_hosts(_sim_cluster) -> None:
+    """tracefs mounted in each of the session's simulated hosts, once for the module (a host's
+    sshd runs in a mount namespace of its own, with a fresh /sys: `ip netns exec` remounts it;
+    the mount stays for the host's life)."""
     require_tracing()
-    for host in sim_hosts.names:
-        done = sim_hosts.ssh(host, "test -d /sys/kernel/tracing/events || mount -t tracefs nodev /sys/kernel/tracing")
+    for host in _sim_cluster.names:
+        done = _sim_cluster.ssh(host, "test -d /sys/kernel/tracing/events || mount -t tracefs nodev /sys/kernel/tracing")
         if done.returncode != 0:
             pytest.skip(f"cannot mount tracefs on {host}: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def traced_hosts(_tracefs_on_hosts, sim_hosts):
+    """The simulated hosts with tracefs mounted in each."""
     return sim_hosts
 
 
