@@ -45,11 +45,17 @@ class _Listing(NamedTuple):
     kinds: dict[str, str]  # name -> kind, in name order; the entries' Paths are made only when asked for
 
 
-class _Content(NamedTuple):
-    text: str | None  # as open(..., errors="replace") reads it: bad bytes replaced, newlines translated
-    error: OSError | None  # why a file could not be read
-    undecodable: UnicodeDecodeError | None  # what a strict UTF-8 read raises, when the bytes are not UTF-8
-    raw: bytes | None = None  # the bytes, where they are exactly text's UTF-8 (what orjson parses)
+class _Content:
+    """A file as read (a class with slots, made for every file: a third cheaper than a named tuple)."""
+
+    __slots__ = ("text", "error", "undecodable", "raw")
+
+    def __init__(self, text: str | None, error: OSError | None, undecodable: UnicodeDecodeError | None,
+                 raw: bytes | None = None) -> None:
+        self.text = text  # as open(..., errors="replace") reads it: bad bytes replaced, newlines translated
+        self.error = error  # why a file could not be read
+        self.undecodable = undecodable  # what a strict UTF-8 read raises, when the bytes are not UTF-8
+        self.raw = raw  # the bytes, where they are exactly text's UTF-8 (what orjson parses)
 
 
 # The caches are keyed by the path's string: the rules build a new Path for every file they
