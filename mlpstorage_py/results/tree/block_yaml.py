@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 STR = "tag:yaml.org,2002:str"
-LOADER = yaml.SafeLoader  # its resolvers and constructors (the C loader shares them)
-_RESOLVERS = LOADER.yaml_implicit_resolvers
+_SAFE = yaml.SafeLoader  # its resolvers and constructors (the C loader shares them)
+_RESOLVERS = _SAFE.yaml_implicit_resolvers
 _WILDCARD = _RESOLVERS.get(None, [])
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()  # constructs one scalar node; keeps no state for it
 _PRINTABLE = bytes(range(0x20, 0x7F)) + b"\n"  # what a text read here may hold: printable ASCII and line ends
@@ -69,23 +69,23 @@ def load(text: str) -> Any:
                 append((indent, None, "", True))
                 break
             key, rest = _split(inner)
-            if key is None and not (inner[0] == "-" and (len(inner) == 1 or inner[1] == " ")):
+            nested = inner[0] == "-" and (len(inner) == 1 or inner[1] == " ")
+            if key is None and not nested:
                 append((indent, None, inner, True))
                 break
             # The item's value starts on its own line: a mapping or an item of its own, read
             # as if written on the next line at the column after the dash.
             append((indent, None, "", True))
-            indent, content = indent + len(content) - len(inner), inner
-        else:
-            head, colon, rest = content.partition(": ")  # _split, its usual answer inline
-            key = _KEYS.get(head if colon else content[:-1] if content[-1] == ":" else "")
-            if key is None:
-                key, rest = _split(content)
-                if key is None:
-                    raise Unhandled("a line that is neither a key nor an item")
+            indent += len(content) - len(inner)
+            if key is not None:
                 append((indent, key, rest, False))
-            else:
-                append((indent, key, rest.lstrip(" "), False))
+                break
+            content = inner
+        else:
+            key, rest = _split(content)
+            if key is None:
+                raise Unhandled("a line that is neither a key nor an item")
+            append((indent, key, rest, False))
     if not lines:
         raise Unhandled("no node")
     data, end = _block(lines, 0, 0)
@@ -232,7 +232,7 @@ def _resolve(value: str) -> Any:
         return value
     if tag == STR:
         return value
-    construct = LOADER.yaml_constructors.get(tag)
+    construct = _SAFE.yaml_constructors.get(tag)
     if construct is None:
         raise Unhandled(tag)
     return construct(_CONSTRUCTOR, yaml.ScalarNode(tag, value))
