@@ -1,6 +1,6 @@
 """What every DLIO rank runs: `python -m mlpstorage_py.benchmarks.dlio_rank [OPTIONS] -- <DLIO arguments>`.
 
-DLIO's own main, unchanged in what it measures, with three things around it:
+DLIO's own main, unchanged in what it measures, with these around it:
 - `--s3dlio`: the s3dlio plug-ins (storage/dlio_s3dlio.py) for object storage;
 - `--epoch-cache FILE`: between epochs, one rank per host drops that host's page cache and rank 0
   appends what every host did to FILE (JSON lines), so epoch 2 reads storage, not the memory
@@ -18,7 +18,15 @@ DLIO's own main, unchanged in what it measures, with three things around it:
 - SIGTERM ends a rank at once, as the kernel does by default. DLIO imports dftracer, which puts a
   Python handler on SIGTERM; such a handler runs only when the rank's main thread is back in the
   interpreter, never while it waits in an MPI collective for a peer that is already gone. That
-  rank would outlive its launcher (PR_SET_PDEATHSIG sends SIGTERM, launch/rank_guard.py).
+  rank would outlive its launcher (PR_SET_PDEATHSIG sends SIGTERM, launch/rank_guard.py);
+- TensorFlow is loaded at its first use, not at DLIO's import: DLIO 2.0.0 imports it at module
+  level (profiler_factory imports tf_profiler: `import tensorflow as tf`), though our workloads
+  (pytorch, no TF profiler) never use it, and it was most of every rank's start-up (6.4 s to
+  import DLIO, 2.0 s without it, on a 2-core VM; the fork imports it only where it is used). A
+  config that selects a TF framework, reader or profiler gets the real one at its first
+  `tf.<name>` or `from tensorflow.<sub> import ...`. importlib.util.LazyLoader cannot do this: it
+  loads at any attribute, and dftracer's `inspect.stack()`, run as each DLIO module is imported,
+  reads `__file__` of every module in sys.modules.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ import signal
 import socket
 import sys
 import traceback
+import types
+from importlib import util
 from typing import Any
 
 from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
@@ -99,8 +109,39 @@ def record_writer(path: str, rank: int) -> None:
         json.dump({"writers_loaded": loaded}, fh, indent=2)
 
 
+class _LoadedOnUse(types.ModuleType):
+    """A module whose code has not run yet: it runs at the first name the module lacks. The
+    attributes the import system sets (`__file__`, `__spec__`, ...) are there before, so a walk
+    over sys.modules reading them does not load it; `__path__` is not, so importing a submodule
+    loads the package first, as an import would. No lock: DLIO's TF code first touches it as
+    that code is imported, in the main thread."""
+
+    def __getattr__(self, name: str) -> Any:
+        self.__class__ = types.ModuleType  # from here on an ordinary module
+        self.__path__ = self.__spec__.submodule_search_locations
+        try:
+            self.__spec__.loader.exec_module(self)
+        except BaseException:
+            sys.modules.pop(self.__name__, None)  # as a failed import leaves it
+            raise
+        return getattr(self, name)
+
+
+def defer_tensorflow() -> None:
+    """Register TensorFlow (when installed and not yet imported) to be loaded on first use."""
+    spec = None if "tensorflow" in sys.modules else util.find_spec("tensorflow")
+    if spec is None or spec.loader is None:
+        return
+    module = util.module_from_spec(spec)
+    del module.__path__
+    module.__class__ = _LoadedOnUse
+    sys.modules["tensorflow"] = module
+
+
 def load_dlio() -> Any:
-    """DLIO's main, with SIGTERM given back its default action (the import installs dftracer's)."""
+    """DLIO's main, with SIGTERM given back its default action (the import installs dftracer's)
+    and TensorFlow deferred to its first use."""
+    defer_tensorflow()
     from dlio_benchmark.main import main as dlio_main
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
