@@ -14,9 +14,11 @@ output it prints), --repeat times, the median the figure:
 The floor, measured in the same run on the same tree: an os.walk plus one read (open, read all
 bytes) of every file, the least any command that looks at each file once pays. Each command is
 printed in seconds and as a ratio to the floor, with its CPU seconds (user + system, which a
-busy machine inflates far less than the wall time). Peak RSS is the child's ru_maxrss from os.wait4:
-the largest single process of the command (forked workers included, as the kernel folds waited
-descendants in), not their sum.
+busy machine inflates far less than the wall time). A fixed pure-Python loop, timed in a
+fresh interpreter before the commands and after each, shows whether the machine's Python speed
+held during the runs (printed, with a warning when it moved by more than a fifth). Peak RSS is
+the child's ru_maxrss from os.wait4: the largest single process of the command (forked workers
+included, as the kernel folds waited descendants in), not their sum.
 
 validate checks a large package in forked workers when a second core is free
 (checker.workers): the figure depends on the cores this process may use (printed). The
@@ -51,6 +53,11 @@ from synthetic import make_package  # noqa: E402
 
 MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
 COMMANDS = ("validate", "status", "reportgen")
+# A fixed pure-Python loop in a fresh interpreter, timed before the commands and after each:
+# on a shared VM the speed of Python itself can move by 1.9x within minutes with nothing else
+# running (ManPage, Performance), and the floor, which is mostly system calls, does not show it.
+PROBE = "import time\nt = time.process_time()\nx = 0\nfor i in range(5_000_000):\n    x += i\nprint(time.process_time() - t)"
+PROBE_SPREAD = 1.2
 
 
 def rename_system(tree: Path, name: str) -> None:
@@ -101,6 +108,12 @@ class Run:
     maxrss_kib: int
     cpu: float  # user + system seconds, the command's and its reaped workers'
     stderr: str
+
+
+def probe() -> float:
+    """CPU seconds of PROBE in a fresh interpreter, started as each command is."""
+    done = subprocess.run([sys.executable, "-S", "-c", PROBE], capture_output=True, text=True, check=True)
+    return float(done.stdout)
 
 
 def run_once(argv: list[str]) -> Run:
@@ -175,8 +188,10 @@ def bench(opts: argparse.Namespace, root: Path) -> None:
     print(f"bare floor (os.walk + one read of every file): {bare:.2f} s "
           f"({files} files, {size / 2**20:.0f} MiB; median of {len(floors)})")
     print(f"os.walk of the same tree: {walk:.2f} s")
+    probes = [probe()]
     for command in opts.commands:
         runs = measure(command, root, opts.repeat)
+        probes.append(probe())
         secs = median(r.seconds for r in runs)
         rss = max(r.maxrss_kib for r in runs) / 1024
         label = {"validate": "mlpstorage validate (the command, output included)",
@@ -188,6 +203,12 @@ def bench(opts: argparse.Namespace, root: Path) -> None:
     # the floor again: a figure next to a floor that moved (the machine got busier) is suspect
     after = floor(root)[0]
     print(f"bare floor after the commands: {after:.2f} s")
+    spread = max(probes) / min(probes)
+    print(f"Python speed probe (a fixed loop in a fresh interpreter, CPU s), before the commands and after each: "
+          f"{', '.join(f'{p:.3f}' for p in probes)}; spread {spread:.2f}x")
+    if spread > PROBE_SPREAD:
+        print(f"the machine's Python speed moved by more than {PROBE_SPREAD:.1f}x during these runs: "
+              "compare their figures only with figures taken at a like probe")
 
 
 if __name__ == "__main__":
