@@ -494,7 +494,12 @@ class Package:
     def relative(self, path: Path | str) -> str:
         """A path below the root as the reports name it, relative to the root (a string cut:
         Path.relative_to costs 20 us, and a large package asks it of every leaf)."""
-        return str(path)[len(str(self.root).rstrip("/")) + 1:]
+        return str(path)[self._cut:]
+
+    @once
+    def _cut(self) -> int:
+        """Where a path below the root starts its relative part: after the root and a separator."""
+        return len(str(self.root).rstrip("/")) + 1
 
     @once
     @uncollected()
