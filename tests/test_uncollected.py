@@ -1,6 +1,7 @@
 """results.tree.package.uncollected: the cycle collector paused while a reader builds long-lived
-objects, and on the way out those objects handed to the oldest generation without a pass over
-them; never the frozen heap of a process that froze one (a forked worker's)."""
+objects, and back as it was afterwards; and a process that reads package after package (a
+long-lived caller, the test runner) still collects the packages it has dropped: a reading's
+objects are cyclic (a leaf holds its package, the package its leaves)."""
 
 from __future__ import annotations
 
@@ -8,72 +9,29 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+from synthetic import make_package
 
 
-def _run(body: str) -> dict:
+def _run(body: str, *args: str) -> dict:
     """The snippet's printed JSON, run in a fresh interpreter: the collector's counts and
     generations are the process's own, not those of the test runner."""
-    code = "import gc, json\nfrom mlpstorage_py.results.tree.package import uncollected\n" + textwrap.dedent(body)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    code = "import gc, json, sys\nfrom mlpstorage_py.results.tree.package import uncollected\n" + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_what_was_made_goes_to_the_oldest_generation_without_a_pass():
-    got = _run("""
-        gc.collect()
-        with uncollected():
-            enabled_inside = gc.isenabled()
-            made = [[i] for i in range(200_000)]
-        young = gc.get_count()[0]
-        probe = made[123_456]
-        print(json.dumps({"inside": enabled_inside, "after": gc.isenabled(), "young": young,
-                          "oldest": any(o is probe for o in gc.get_objects(generation=2)),
-                          "frozen": gc.get_freeze_count()}))
-    """)
-    assert got["inside"] is False and got["after"] is True
-    assert got["young"] < 700  # not the 200,000 made while paused, which a first pass would walk
-    assert got["oldest"] is True and got["frozen"] == 0
-
-
-def test_cycles_made_meanwhile_are_still_collected():
-    got = _run("""
-        import weakref
-        class Node: pass
-        gc.collect()
-        with uncollected():
-            a, b = Node(), Node()
-            a.other, b.other = b, a
-            gone = weakref.ref(a)
-            del a, b
-        alive_before = gone() is not None
-        gc.collect()
-        print(json.dumps({"before": alive_before, "after": gone() is not None}))
-    """)
-    assert got == {"before": True, "after": False}
-
-
-def test_a_process_with_a_frozen_heap_keeps_it_frozen():
-    got = _run("""
-        kept = [[i] for i in range(50_000)]
-        gc.freeze()  # as a forked worker does with the heap it inherits (results.tree.aside.settle)
-        frozen = gc.get_freeze_count()
-        with uncollected():
-            made = [[i] for i in range(1_000)]
-        print(json.dumps({"before": frozen, "after": gc.get_freeze_count(), "enabled": gc.isenabled()}))
-    """)
-    assert got["before"] >= 50_000
-    assert got["after"] == got["before"] and got["enabled"] is True
-
-
-def test_nested_pauses_end_with_the_outermost():
+def test_paused_inside_and_back_after():
     got = _run("""
         with uncollected():
+            inside = gc.isenabled()
             with uncollected():
                 pass
             between = gc.isenabled()
-        print(json.dumps({"between": between, "after": gc.isenabled()}))
+        print(json.dumps({"inside": inside, "between": between, "after": gc.isenabled()}))
     """)
-    assert got == {"between": False, "after": True}
+    assert got == {"inside": False, "between": False, "after": True}
 
 
 def test_a_collector_turned_off_by_the_caller_stays_off():
@@ -84,3 +42,28 @@ def test_a_collector_turned_off_by_the_caller_stays_off():
         print(json.dumps({"after": gc.isenabled(), "frozen": gc.get_freeze_count()}))
     """)
     assert got == {"after": False, "frozen": 0}
+
+
+def test_packages_read_one_after_another_are_collected(tmp_path: Path):
+    """Forty readings of one package, each dropped: what is left uncollected after the last is
+    a few readings' worth, not forty (a pause that ended by moving its objects to the oldest
+    generation, unscanned, also reset the collector's counts, and no pass ever came)."""
+    make_package(tmp_path / "pkg")
+    got = _run("""
+        from pathlib import Path
+        from mlpstorage_py.results.tree.package import Package
+        root = Path(sys.argv[1])
+        gc.collect()
+        base = len(gc.get_objects())
+        held = Package.load(root, None)
+        reading = len(gc.get_objects()) - base
+        del held
+        for _ in range(40):
+            pkg = Package.load(root, None)
+            del pkg
+        left = len(gc.get_objects())
+        gc.collect()
+        print(json.dumps({"reading": reading, "left": left - len(gc.get_objects())}))
+    """, str(tmp_path / "pkg"))
+    assert got["reading"] > 50
+    assert got["left"] < 10 * got["reading"], got
