@@ -4,10 +4,10 @@ PyYAML's safe loader gives, several times faster than through libyaml's events.
 libyaml makes a Python object for every parse event, with two marks each: building the data
 from its events took 2.2 M instructions for a 1.7 KB system description and 1.0 M for a
 checkpoint's DLIO config, 0.73 M and 0.35 M here (callgrind), and a package has a description
-per system, a config per DLIO leaf and a submission.yaml that lists every leaf. Here only the block mappings and sequences that DLIO, Hydra and the system descriptions
-use are read: one line a key or an item, plain scalars (typed by PyYAML's own resolver and
-constructors), quoted scalars on one line without escapes, empty `[]` and `{}`, blank and
-comment lines. Anything else raises Unhandled before any data is returned (anchors, tags, flow
+per system, a config per DLIO leaf and a submission.yaml that lists every leaf. Here only the
+block mappings and sequences that DLIO, Hydra and the system descriptions use are read: one
+line a key or an item, plain scalars (typed by PyYAML's own resolver and constructors), quoted
+scalars on one line without escapes, empty `[]` and `{}`, blank and comment lines. Anything else raises Unhandled before any data is returned (anchors, tags, flow
 collections, block or multi-line scalars, inline comments, duplicate keys, tabs, non-ASCII,
 any irregular indentation), and the caller hands the text to libyaml, which decides as always.
 So a text read here is one that libyaml parses without error, to the same data.

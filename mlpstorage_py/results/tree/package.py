@@ -79,13 +79,8 @@ def _object(path: Path, kind: str | None) -> Record:
 def uncollected() -> Iterator[None]:
     """Python's cycle collector paused while a reader builds long-lived objects only (the
     listing, the result names): there is nothing for it to find, and at 100,000 leaves its
-    passes over the growing heap took 2 of the listing's 3.4 s.
-
-    On the way out the collector simply resumes, and its first young-generation pass walks what
-    was made (0.3 s after listing 100,000 leaves). Handing those objects to the oldest
-    generation unscanned instead (gc.freeze, then gc.unfreeze) skips that pass but also resets
-    the collector's counts, so a process that reads package after package never collected the
-    ones it had dropped (tests/test_uncollected.py)."""
+    passes over the growing heap took 2 of the listing's 3.4 s. It simply resumes after: skipping
+    its next pass (gc.freeze + unfreeze) left dropped packages uncollected (tests/test_uncollected.py)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
