@@ -70,6 +70,16 @@ def pytest_report_header(config) -> str | None:
     return f"busy machine: {count} busy-loop process(es) for the session (MLPS_TEST_BUSY)" if count else None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_session(tmp_path_factory):
+    """A per-user config of the session's own, set before any module fixture runs: one that
+    makes a results tree (init_results_dir records it as the default) must not write the real
+    $XDG_CONFIG_HOME/mlpstorage/config.yaml of whoever runs the suite."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("session-xdg")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Fresh XDG config, HOME and cwd; no MLPSTORAGE_* variables; no cached tree hash."""

@@ -197,3 +197,12 @@ def test_free_text_flags_refuse_bad_values(cli, tree, tmp_path, other_fs_dir):
     assert not (tmp_path / "r2").exists(), "init with a bad name created its directory"
     assert afile.read_text(encoding="utf-8") == "not a directory\n"
     record("bad-input", tried, clean, sweep="free-text flags")
+
+
+def test_a_json_target_that_cannot_take_the_file_is_refused_before_the_package_is_read(cli, tree, tmp_path):
+    """validate --json DIR (or a path whose directory is missing) fails at once, with no findings
+    printed first: a large package is not read only to be refused at the end."""
+    for target, code in ((tmp_path, 2), (tmp_path / "nope" / "x.json", 3)):
+        res = cli("validate", str(tree), "--json", str(target))
+        assert_clean_refusal(res, code, (f"--json {target}",), f"validate --json {target}")
+        assert res.out == "", res.out

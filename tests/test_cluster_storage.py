@@ -23,10 +23,10 @@ def meta_of(leaf: Path, kind: str) -> dict:
     return json.loads(path.read_text())
 
 
-def ckpt(cli, results, folder, hosts, writes, reads, *extra):
+def ckpt(cli, results, folder, hosts, writes, reads, *extra, params=SMALL_LLAMA):
     return cli("open", "checkpointing", "llama3-8b", "run", "-np", str(2 * len(hosts)), "-at", "b200", "-cm", "8",
                "-cf", folder, "-sn", "sys1", "-rd", results, "-ncw", str(writes), "-ncr", str(reads),
-               "--hosts", *hosts, *extra, "--params", *SMALL_LLAMA)
+               "--hosts", *hosts, *extra, "--params", *params)
 
 
 def test_checkpointing_combined_and_split_across_hosts(cli, results, other_fs_dir, sim_hosts):
@@ -62,7 +62,11 @@ def test_checkpointing_combined_and_split_across_hosts(cli, results, other_fs_di
 
 def test_checkpointing_deadline_stops_the_job_everywhere(cli, results, other_fs_dir, sim_hosts):
     hosts = sim_hosts.names[:2]
-    res = ckpt(cli, results, other_fs_dir, hosts, 2, 2, "--deadline", "2")
+    # 600 s between the two checkpoints: the work cannot end before the deadline however fast
+    # the machine (the small checkpoints alone took 1.8 s once, inside the 2 s)
+    paused = [p for p in SMALL_LLAMA if not p.startswith("checkpoint.time_between_checkpoints=")]
+    res = ckpt(cli, results, other_fs_dir, hosts, 2, 2, "--deadline", "2",
+               params=[*paused, "checkpoint.time_between_checkpoints=600"])
     assert res.rc == 7, res.err
     assert "deadline of 2 s" in res.err
     (leaf,) = all_leaves(results)

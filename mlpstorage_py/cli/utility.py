@@ -57,18 +57,35 @@ def validate(args: Args) -> int:
     bad = sorted(s for s in submitters or () if not ORG_PATTERN.match(s))
     if bad:
         raise UsageError(f"--submitters: {', '.join(map(repr, bad))} is not an organization name ([A-Za-z0-9._-]+)")
+    target = _json_target(args["json"])
     pkg, findings = checker.validate(root, submitters, reference=digest)
     if args["json"] == "-":
         print(checker.findings_json(pkg, findings))
     else:
         print(checker.findings_text(pkg, findings))
-        if args["json"]:
-            _write_findings(Path(args["json"]), checker.findings_json(pkg, findings))
+        if target is not None:
+            _write_findings(target, checker.findings_json(pkg, findings))
     return 1 if any(f.severity == "INVALID" for f in findings) else 0
 
 
+def _json_target(value: str | None) -> Path | None:
+    """--json FILE, refused before the package is read when it cannot take the file: a large
+    package's validation takes a while, and its findings would be printed before the error."""
+    from mlpstorage_py.errors import NotFoundError, UsageError
+
+    if value in (None, "-"):
+        return None
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"--json {path}: is a directory, not a file")
+    if not path.parent.is_dir():
+        raise NotFoundError(f"--json {path}: its directory does not exist")
+    return path
+
+
 def _write_findings(path: Path, text: str) -> None:
-    """--json FILE: a path that cannot take the file is a one-line error naming the flag."""
+    """--json FILE: a path that cannot take the file (or stopped being able to while the package
+    was read) is a one-line error naming the flag."""
     from mlpstorage_py.errors import NotFoundError, PermissionDenied, UsageError
 
     try:
