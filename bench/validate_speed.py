@@ -176,7 +176,9 @@ def prepare(root: Path, leaves: int) -> None:
             sys.exit(f"mlpstorage reports reportgen exited {made.rc}: {made.stderr.strip()[-800:]}")
         how = "built"
     print(f"tree: {leaves} leaves ({systems} systems) in {root} {how} in {time.perf_counter() - start:.0f} s; "
-          f"{len(os.sched_getaffinity(0))} core(s) usable, load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"{len(os.sched_getaffinity(0))} core(s) usable, load average {os.getloadavg()[0]:.2f}; "
+          f"Python {sys.version.split()[0]} ({getattr(sys, '_base_executable', sys.executable)}: the build the "
+          "figures depend on, see the Makefile's PYTHON)", flush=True)
 
 
 def bench(opts: argparse.Namespace, root: Path) -> None:

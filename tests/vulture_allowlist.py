@@ -16,7 +16,7 @@ _.handle_starttag, _.handle_startendtag, _.handle_endtag, _.handle_data, _.tz
 # Signal handlers and argparse actions take arguments they need not use.
 _.signum, _.frame, _.option_string
 # pytest reads these by name: module marks and fixtures used only as parameters or autouse.
-_.pytestmark, _.isolated, _.validate_in_workers, _.mpl_cache, _.busy_machine, _.pytest_report_header
+_.pytestmark, _.isolated, _.isolated_session, _.validate_in_workers, _.mpl_cache, _.busy_machine, _.pytest_report_header
 _._tracefs_on_hosts
 # system_schema dispatches its section checks by name (getattr(self, f"_{name}_rule")).
 _._power_rule, _._network_port_rule, _._capabilities_rule, _._architecture_rule, _._system_under_test_rule
