@@ -86,14 +86,13 @@ def _json_target(value: str | None) -> Path | None:
 def _write_findings(path: Path, text: str) -> None:
     """--json FILE: a path that cannot take the file (or stopped being able to while the package
     was read) is a one-line error naming the flag."""
-    from mlpstorage_py.errors import NotFoundError, PermissionDenied, UsageError
+    from mlpstorage_py.errors import PermissionDenied
 
     try:
         path.write_text(text + "\n", encoding="utf-8")
-    except FileNotFoundError:
-        raise NotFoundError(f"--json {path}: its directory does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"--json {path}: is a directory, not a file") from None
+    except (FileNotFoundError, IsADirectoryError):
+        _json_target(str(path))  # says which, as before the package was read
+        raise
     except PermissionError:
         raise PermissionDenied(f"--json {path}: permission denied") from None
 
