@@ -110,6 +110,24 @@ class Run:
     stderr: str
 
 
+def machine() -> str:
+    """The processor the kernel reports, and whether this is a nested virtual machine: the
+    goals are seconds, and one machine "of the same kind" has been two processors (ManPage,
+    Performance), so every figure is printed with the one it was taken on."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                break  # the first processor's block
+            name, _, value = line.partition(":")
+            info[name.strip()] = value.strip()
+        nested = "nested_pvm=1" in Path("/proc/cmdline").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return "processor unknown (no /proc)"
+    return (f"processor {info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')}, "
+            f"{info.get('cpu MHz', '?')} MHz){', a nested virtual machine (PVM)' if nested else ''}")
+
+
 def probe() -> float:
     """CPU seconds of PROBE in a fresh interpreter, started as each command is."""
     done = subprocess.run([sys.executable, "-S", "-c", PROBE], capture_output=True, text=True, check=True)
@@ -178,7 +196,7 @@ def prepare(root: Path, leaves: int) -> None:
     print(f"tree: {leaves} leaves ({systems} systems) in {root} {how} in {time.perf_counter() - start:.0f} s; "
           f"{len(os.sched_getaffinity(0))} core(s) usable, load average {os.getloadavg()[0]:.2f}; "
           f"Python {sys.version.split()[0]} ({getattr(sys, '_base_executable', sys.executable)}: the build the "
-          "figures depend on, see the Makefile's PYTHON)", flush=True)
+          f"figures depend on, see the Makefile's PYTHON); {machine()}", flush=True)
 
 
 def bench(opts: argparse.Namespace, root: Path) -> None:
