@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -29,8 +30,18 @@ def leaves_of(results, command):
     return [p for p in all_leaves(results) if p.parent.name == command]
 
 
+@pytest.fixture
+def rank_temp(monkeypatch):
+    """A temporary directory of the test's own for the launcher and its ranks (TMPDIR), short
+    enough for the sockets MPI and multiprocessing make in it."""
+    path = Path(tempfile.mkdtemp(prefix="mlps-t-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    monkeypatch.setenv("TMPDIR", str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.heavy
-def test_datagen_then_run_through_dlio(cli, results, data_dir):
+def test_datagen_then_run_through_dlio(cli, results, data_dir, rank_temp):
     gen = cli("open", "training", "unet3d", "datagen", "-np", "2", "-dd", data_dir, "-sn", "sys1", "-rd", results,
               "-aip", "--params", "dataset.num_files_train=16", *SMALL)
     assert gen.rc == 0, gen.err
@@ -85,6 +96,8 @@ def test_datagen_then_run_through_dlio(cli, results, data_dir):
     assert boundary["before_epoch"] == 2 and boundary["summary"] == "dropped"
     assert [h["page_cache"] for h in boundary["hosts"]] == ["dropped"]
     assert not list(Path.cwd().iterdir()), "nothing may be left in the user's working directory"
+    # torch's reader workers made their multiprocessing directories in the ranks' own, now gone
+    assert not [p.name for p in rank_temp.iterdir() if p.name.startswith(("pymp-", "mlps-rank-"))]
 
     noop = cli("open", "training", "unet3d", "run", "-at", "b200", "-na", "1", "-cm", "1", "-dd", data_dir,
                "-sn", "sys1", "-rd", results, "-aip", "--params", "workflow.train=False", *SMALL)
