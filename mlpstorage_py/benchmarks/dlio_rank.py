@@ -19,10 +19,8 @@ DLIO's own main, unchanged in what it measures, with these around it:
   Python handler on SIGTERM; such a handler runs only when the rank's main thread is back in the
   interpreter, never while it waits in an MPI collective for a peer that is already gone. That
   rank would outlive its launcher (PR_SET_PDEATHSIG sends SIGTERM, launch/rank_guard.py);
-- its own temporary directory, removed once DLIO is done: torch's reader workers share tensors
-  through multiprocessing, which puts a pymp-* directory holding a listener socket in the
-  temporary directory of each worker, and a worker that is stopped rather than returning never
-  removes it (every run left one a rank in /tmp on every client);
+- its own temporary directory (launch/rank_temp.py), removed once DLIO is done: torch's reader
+  workers leave their multiprocessing directories there;
 - TensorFlow is loaded at its first use, not at DLIO's import: DLIO 2.0.0 imports it at module
   level (profiler_factory imports tf_profiler: `import tensorflow as tf`), though our workloads
   (pytorch, no TF profiler) never use it, and it was most of every rank's start-up (6.4 s to
@@ -39,38 +37,20 @@ import argparse
 import json
 import os
 import signal
-import shutil
 import socket
 import sys
-import tempfile
 import traceback
 import types
 from importlib import util
 from typing import Any
 
+from mlpstorage_py.launch import rank_temp
 from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
 
 _NODE_COMM: Any = None
 # The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort
 # has nobody to ask to end the job and waits forever.
 _LAUNCHER = os.getppid()
-
-
-# A listener socket's path must fit AF_UNIX's 107 bytes: multiprocessing's is
-# <temp>/pymp-XXXXXXXX/listener-XXXXXXXX, and the rank's own directory adds a level above it.
-_SOCKET_PATH_MAX = 107
-_OWN_TEMP = "mlps-rank-"
-
-
-def own_tempdir() -> str | None:
-    """A temporary directory of this rank's own, made Python's default for the rank and for what
-    it forks (DLIO's reader workers), so what they leave goes with it; None, with nothing
-    changed, where the system's temporary directory is too long for one more level."""
-    base = tempfile.gettempdir()
-    if len(f"{base}/{_OWN_TEMP}XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX") > _SOCKET_PATH_MAX:
-        return None
-    tempfile.tempdir = tempfile.mkdtemp(prefix=_OWN_TEMP, dir=base)
-    return tempfile.tempdir
 
 
 def _node_comm() -> Any:
@@ -204,7 +184,7 @@ def main(argv: list[str]) -> None:
 
         rank = MPI.COMM_WORLD.Get_rank()
     dlio_main = load_dlio()
-    own = own_tempdir()
+    own = rank_temp.make()
     report_started()  # DLIO's imports done; it initializes MPI itself (the fork turns mpi4py's auto-init off)
     try:
         dlio_main()
@@ -226,8 +206,7 @@ def main(argv: list[str]) -> None:
 def _finish(opts: argparse.Namespace, rank: int, own: str | None, ok: bool) -> None:
     """What a rank does once DLIO is done: its temporary directory removed (its workers have
     ended or been stopped), its libraries recorded always, the writer on success."""
-    if own is not None:
-        shutil.rmtree(own, ignore_errors=True)
+    rank_temp.remove(own)
     if opts.libraries:
         from mlpstorage_py.results import libraries
 
