@@ -70,6 +70,28 @@ def test_too_long_a_base_changes_nothing(tmp_path):
     assert tempfile.tempdir == before and not list(deep.iterdir())
 
 
+def test_a_base_where_nothing_can_be_made_changes_nothing(base):
+    """The rank then runs as it did before: a temporary directory is never a reason to fail."""
+    not_a_dir = base / "file"
+    not_a_dir.write_text("x")
+    before = tempfile.tempdir
+    assert rank_temp.make(str(not_a_dir)) is None and tempfile.tempdir == before
+
+
+def test_the_length_is_counted_in_bytes(base):
+    """AF_UNIX counts bytes: a name of 20 two-byte characters fits by characters, not by bytes;
+    the same name in one-byte characters fits."""
+    tag = base.name[-4:]
+    accented, plain = Path("/tmp") / ("\u00e9" * 20 + tag), Path("/tmp") / ("e" * 20 + tag)
+    try:
+        accented.mkdir()
+        plain.mkdir()
+        assert rank_temp.make(str(accented)) is None
+        assert rank_temp.make(str(plain)) is not None
+    finally:
+        subprocess.run(["rm", "-rf", str(accented), str(plain)], check=False)
+
+
 def test_the_sweep_removes_only_this_hosts_dead_ranks(base, tmp_path):
     tag = rank_temp.host_tag()
     dead = base / f"{rank_temp.PREFIX}{tag}-{dead_pid()}-abc"

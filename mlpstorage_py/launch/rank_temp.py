@@ -35,13 +35,17 @@ def host_tag(hostname: str | None = None) -> str:
 def make(base: str | None = None) -> str | None:
     """Make the rank's directory under `base` (the temporary directory) and Python's temporary
     directory for this process and what it forks; first remove this host's left by ranks that
-    are gone. None, with nothing changed, where `base` is too long for one more level."""
+    are gone. None, with nothing changed, where `base` is too long for one more level or no
+    directory can be made there: the rank then runs as it would have, never fails for this."""
     base = base or tempfile.gettempdir()
     prefix = f"{PREFIX}{host_tag()}-{os.getpid()}-"
-    if len(f"{base}/{prefix}XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX") > SOCKET_PATH_MAX:
+    if len(os.fsencode(f"{base}/{prefix}XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX")) > SOCKET_PATH_MAX:
         return None
     sweep(base)
-    tempfile.tempdir = tempfile.mkdtemp(prefix=prefix, dir=base)
+    try:
+        tempfile.tempdir = tempfile.mkdtemp(prefix=prefix, dir=base)
+    except OSError:
+        return None
     return tempfile.tempdir
 
 
