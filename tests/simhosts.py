@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlpstorage_py.launch import rank_temp
 from mlpstorage_py.launch.session_dirs import remove_stale
 
 LOCK_DIR = Path("/run/mlps-simhosts")
@@ -221,6 +222,7 @@ class SimCluster:
             _run("ip", "netns", "del", host.netns, check=False)
             _run("ip", "link", "del", host.veth, check=False)
             remove_stale(hostname=host.name)  # session directories of its killed PRRTE daemons
+            rank_temp.sweep(tempfile.gettempdir(), hostname=host.name)  # its killed ranks' own
         if self.bridge:
             _run("ip", "link", "del", self.bridge, check=False)
         self._edit_hosts_file(add=False)

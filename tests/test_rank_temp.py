@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,32 @@ def test_the_sweep_removes_only_this_hosts_dead_ranks(base, tmp_path):
     for kept in (live, other_host, group, link, unrelated):
         assert kept.exists() or kept.is_symlink(), kept
     assert (outside / "file").read_text() == "x"
+
+
+def test_a_killed_rank_not_yet_reaped_is_gone(base):
+    """A zombie (killed, its parent has not waited yet) no longer uses its directory."""
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        left = base / f"{rank_temp.PREFIX}{rank_temp.host_tag()}-{child.pid}-zmb"
+        left.mkdir()
+        assert rank_temp.sweep(str(base)) == []  # running
+        child.kill()
+        state, deadline = Path(f"/proc/{child.pid}/stat"), time.monotonic() + 120
+        while state.read_bytes().rpartition(b")")[2].split()[0] != b"Z":  # the kill has landed: a phase, not a margin
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            os.sched_yield()
+        assert rank_temp.sweep(str(base)) == [left.name]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_another_hosts_dead_ranks_are_swept_by_name(base):
+    """A simulated host's ranks share this host's process table: its teardown sweeps them by its name."""
+    theirs = base / f"{rank_temp.PREFIX}{rank_temp.host_tag('mlps-abcd-h0')}-{dead_pid()}-sim"
+    theirs.mkdir()
+    assert rank_temp.sweep(str(base)) == [] and theirs.exists()
+    assert rank_temp.sweep(str(base), hostname="mlps-abcd-h0") == [theirs.name]
 
 
 def test_the_next_rank_sweeps_before_making_its_own(base):

@@ -55,10 +55,11 @@ def remove(path: str | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def sweep(base: str) -> list[str]:
-    """Remove this host's rank directories under `base` whose process is gone (a rank killed
-    outright); returns their names. Only real directories of this user; a link is never followed."""
-    tag, removed = host_tag(), []
+def sweep(base: str, hostname: str | None = None) -> list[str]:
+    """Remove the rank directories of this host (or `hostname`, one whose processes share this
+    host's process table) under `base` whose process is gone (a rank killed outright); returns
+    their names. Only real directories of this user; a link is never followed."""
+    tag, removed = host_tag(hostname), []
     try:
         entries = list(os.scandir(base))
     except OSError:
@@ -78,7 +79,8 @@ def sweep(base: str) -> list[str]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether a process of that number runs here; a number no rank can have counts as alive."""
+    """Whether a process of that number runs here (a zombie, killed and not yet reaped, does
+    not); a number no rank can have counts as alive."""
     if pid <= 0:
         return True  # 0 would ask about the whole process group
     try:
@@ -87,4 +89,8 @@ def _alive(pid: int) -> bool:
         return False
     except (PermissionError, OverflowError):
         return True  # another user's process, or no process number at all: leave it
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
