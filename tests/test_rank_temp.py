@@ -165,3 +165,11 @@ def test_interpreter_is_untouched_by_import():
     done = subprocess.run([sys.executable, "-c", "import tempfile, mlpstorage_py.launch.rank_temp;"
                            "print(tempfile.tempdir)"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "None"
+
+
+def test_alive_as_the_sweeps_ask_it():
+    from mlpstorage_py.launch.pids import alive
+
+    assert alive(os.getpid()) and not alive(dead_pid())
+    assert alive(0) and alive(-1)  # what a signal would read as a process group: never removed for
+    assert not alive(2 ** 40)  # beyond any pid_max: no such process (os.kill would overflow)

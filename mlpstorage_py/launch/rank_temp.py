@@ -18,6 +18,8 @@ import shutil
 import socket
 import tempfile
 
+from mlpstorage_py.launch.pids import alive
+
 PREFIX = "mlps-rank-"
 # A listener socket's path must fit AF_UNIX's 107 bytes: multiprocessing's is
 # <temp>/pymp-XXXXXXXX/listener-XXXXXXXX, and the rank's own directory adds a level above it.
@@ -69,28 +71,10 @@ def sweep(base: str, hostname: str | None = None) -> list[str]:
         if found is None or found.group(1) != tag or not entry.is_dir(follow_symlinks=False):
             continue
         try:
-            if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(found.group(2))):
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid() or alive(int(found.group(2))):
                 continue
         except OSError:
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.name)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process of that number runs here (a zombie, killed and not yet reaped, does
-    not); a number no rank can have counts as alive."""
-    if pid <= 0:
-        return True  # 0 would ask about the whole process group
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process, or no process number at all: leave it
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True

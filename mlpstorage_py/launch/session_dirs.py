@@ -21,6 +21,7 @@ import socket
 import stat
 from pathlib import Path
 
+from mlpstorage_py.launch.pids import alive
 from mlpstorage_py.results.logs import log
 
 SESSION_DIR = re.compile(r"^(?:ompi|prte|prterun|prted)\.(\d+)$")
@@ -35,16 +36,6 @@ def session_base(env: dict[str, str] | None = None) -> Path:
     return Path("/tmp")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
 def stale(path: Path, pid: int, hostname: str) -> bool:
     """Whether `path` is the session directory of launcher `pid` on `hostname`, left by it dead."""
     try:
@@ -54,7 +45,7 @@ def stale(path: Path, pid: int, hostname: str) -> bool:
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
         return False
     marker = path / f"pmix.{hostname}.tool.{pid}"
-    return marker.is_file() and not marker.is_symlink() and not _alive(pid)
+    return marker.is_file() and not marker.is_symlink() and not alive(pid)
 
 
 def remove_stale(env: dict[str, str] | None = None, pids: set[int] | None = None,

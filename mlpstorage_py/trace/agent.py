@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.launch import process
+from mlpstorage_py.launch.pids import alive
 from mlpstorage_py.trace.devices import facts
 
 STOP_GRACE_S = 20.0  # bpftrace reads and prints every map after SIGINT; a big one takes seconds
@@ -110,18 +111,9 @@ def reap(marker: str) -> int:
         except ProcessLookupError:
             pass
     end = time.monotonic() + 5.0
-    while time.monotonic() < end and any(_alive(pid) for pid in found):
+    while time.monotonic() < end and any(alive(pid) for pid in found):
         time.sleep(0.05)
     return len(found)
-
-
-def _alive(pid: int) -> bool:
-    """Whether pid runs (a zombie has ended: its parent has yet to reap it)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def main(argv: list[str]) -> int:
