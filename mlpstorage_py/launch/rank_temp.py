@@ -71,7 +71,7 @@ def sweep(base: str, hostname: str | None = None) -> list[str]:
         if found is None or found.group(1) != tag or not entry.is_dir(follow_symlinks=False):
             continue
         try:
-            if entry.stat(follow_symlinks=False).st_uid != os.getuid() or alive(int(found.group(2))):
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or alive(int(found.group(2))):
                 continue
         except OSError:
             continue
