@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -58,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The installed `mlpstorage` command: main(), then exit with its code."""
-    sys.exit(main())
+    """The installed `mlpstorage` command: main(), then exit with its code. The heap is frozen
+    first: the interpreter's last collections would walk, and free, every object the command
+    left (1.4 s after validating 100,000 leaves, ManPage, Performance), and the memory goes back
+    with the process anyway; the exit handlers still run (logs flushed, children ended)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -47,3 +47,20 @@ def test_a_benchmark_command_still_builds_its_mode_tree() -> None:
     proc = subprocess.run([sys.executable, "-m", "mlpstorage_py", "closed", "training", "unet3d", "run", "-aip"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not allowed in the closed division" in proc.stderr
+
+
+def test_the_installed_command_exits_with_a_frozen_heap_and_runs_its_exit_handlers(tmp_path) -> None:
+    """console() freezes the heap before exiting, so the interpreter's last collections skip
+    what the command left; exit handlers (logging's flush, multiprocessing's) still run, and
+    the exit code is main()'s."""
+    seen = tmp_path / "seen.json"
+    code = (
+        "import atexit, gc, json, sys\n"
+        f"atexit.register(lambda: open({str(seen)!r}, 'w').write(json.dumps(gc.get_freeze_count())))\n"
+        "from mlpstorage_py.main import console\n"
+        "sys.argv = ['mlpstorage', 'no-such-command']\n"
+        "console()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert json.loads(seen.read_text()) > 0

@@ -1,6 +1,5 @@
 """The command table (mlpstorage_py/cli/table.py) is the only wiring of the utility commands:
-each of its entries has one parser, every utility parser comes from an entry, and the
-entry says whether the command reads a whole package (console() then skips teardown)."""
+each of its entries has one parser, and every utility parser comes from an entry."""
 
 from __future__ import annotations
 
