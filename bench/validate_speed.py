@@ -77,12 +77,27 @@ def build(root: Path, leaves: int) -> tuple[int, int]:
     template = results / "sys1"
     per_system = sum(1 for p in template.rglob("*") if p.is_dir() and p.name[:8].isdigit())
     systems = max(1, leaves // per_system)
+    room(root, template, systems - 1)
     for i in range(2, systems + 1):
         shutil.copytree(template, results / f"sys{i}")
         rename_system(results / f"sys{i}", f"sys{i}")
         for ext in ("yaml", "pdf"):
             shutil.copyfile(root / "closed/Acme/systems" / f"sys1.{ext}", root / "closed/Acme/systems" / f"sys{i}.{ext}")
     return systems, systems * per_system
+
+
+def room(root: Path, template: Path, copies: int) -> None:
+    """Stop, saying why, when the filesystem lacks the inodes or bytes for `copies` more
+    systems: a 100,000-leaf tree takes 1.27 M inodes, and a tmpfs that already holds one ran
+    out part-way through the copying, with a traceback."""
+    entries = sum(1 for _ in template.rglob("*")) + 2  # and the system's description files
+    size = sum(-(-p.stat().st_size // 4096) * 4096 for p in template.rglob("*") if p.is_file())  # whole pages
+    got = os.statvfs(root)
+    inodes, free = entries * copies, size * copies
+    if got.f_files and got.f_favail < inodes:
+        sys.exit(f"{root.parent}: {got.f_favail} free inodes, the tree needs about {inodes} (remove older trees there)")
+    if got.f_bavail * got.f_frsize < free:
+        sys.exit(f"{root.parent}: {got.f_bavail * got.f_frsize >> 20} MiB free, the tree needs about {free >> 20} MiB")
 
 
 def floor(root: Path) -> tuple[float, float, int, int]:
@@ -188,10 +203,14 @@ def prepare(root: Path, leaves: int) -> None:
         leaves = sum(1 for _, dirs, _ in os.walk(results) for d in dirs if re.fullmatch(r"\d{8}_\d{6}", d))
         how = "found"
     else:
-        systems, leaves = build(root, leaves)
-        made = run_once(argv_of("reportgen", root))  # the rollups the replicated systems need
-        if made.rc != 0:
-            sys.exit(f"mlpstorage reports reportgen exited {made.rc}: {made.stderr.strip()[-800:]}")
+        try:
+            systems, leaves = build(root, leaves)
+            made = run_once(argv_of("reportgen", root))  # the rollups the replicated systems need
+            if made.rc != 0:
+                sys.exit(f"mlpstorage reports reportgen exited {made.rc}: {made.stderr.strip()[-800:]}")
+        except BaseException:  # a part-built tree is not kept: the next run would time it as found
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         how = "built"
     print(f"tree: {leaves} leaves ({systems} systems) in {root} {how} in {time.perf_counter() - start:.0f} s; "
           f"{len(os.sched_getaffinity(0))} core(s) usable, load average {os.getloadavg()[0]:.2f}; "
