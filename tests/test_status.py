@@ -68,6 +68,27 @@ def test_a_killed_run_is_incomplete_and_never_counted(cli, fresh):
     assert killed.name not in counted and running.name not in counted and len(counted) == 5
 
 
+def test_a_run_killed_after_its_engine_finished_is_incomplete(cli, fresh):
+    """mlpstorage SIGKILLed after its engine wrote summary.json, before it checked the outputs
+    and wrote the metadata (a tiny checkpoint run on /dev/shm finishes that fast): its own log
+    says the tool started the leaf, so the run counts nowhere. A published leaf with a summary
+    but no metadata (no mlpstorage.log either) still counts."""
+    root = fresh()
+    runs = workload(root, "training") / "run"
+    finished = leaves_of(runs)[1]
+    killed, _ = create_leaf(runs, BASE + timedelta(hours=1))
+    shutil.copy(finished / "summary.json", killed / "summary.json")
+    (killed / "mlpstorage.log").write_text("... INFO job:81 DLIO deadline: 600 s\n", encoding="utf-8")
+    published = leaves_of(runs)[2]
+    metadata_file(published).unlink()
+    row = status(cli, root)[("training", "unet3d")]
+    assert (killed.name, "incomplete") in states(row)
+    assert (published.name, "ok") in states(row)
+    assert cli("reports", "reportgen", "--results-dir", root).rc == 0
+    counted = json.loads((runs / "results.json").read_text())["runs"]
+    assert killed.name not in counted and published.name in counted
+
+
 def test_ok_runs_beyond_the_count_are_extra(cli, fresh):
     root = fresh()
     runs = leaves_of(workload(root, "training") / "run")
