@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlpstorage_py.launch import rank_temp
+from mlpstorage_py.launch import rank_temp, shm_orphans
 from mlpstorage_py.launch.session_dirs import remove_stale
 
 LOCK_DIR = Path("/run/mlps-simhosts")
@@ -223,6 +223,7 @@ class SimCluster:
             _run("ip", "link", "del", host.veth, check=False)
             remove_stale(hostname=host.name)  # session directories of its killed PRRTE daemons
             rank_temp.sweep(tempfile.gettempdir(), hostname=host.name)  # its killed ranks' own
+            shm_orphans.sweep(hostname=host.name)  # and their Open MPI segments in /dev/shm
         if self.bridge:
             _run("ip", "link", "del", self.bridge, check=False)
         self._edit_hosts_file(add=False)

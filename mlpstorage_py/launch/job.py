@@ -1,6 +1,7 @@
 """The one way an engine job runs (DLIO, our checkpoint engine, kv-cache.py ranks, vectordb query
 ranks): the planned command's {leaf} and {scratch} filled, a deadline, live progress, the output
-logged into the leaf, the launcher's whole tree torn down (process.run_logged), and a non-zero
+logged into the leaf, the launcher's whole tree torn down (process.run_logged) with the shared
+memory its ended ranks left (launch/shm_orphans.py), and a non-zero
 exit made a failed run naming the child's own error line.
 
 Benchmarks only say what to run (a Job). A job of ranks that report their start
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ContextManager, Iterator
 
+from mlpstorage_py.launch import shm_orphans
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import fill
 from mlpstorage_py.launch.process import require_success, run_logged
@@ -80,8 +82,14 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
                  f"work deadline: {job.deadline_s:.0f} s from then")
     with job.progress or contextlib.nullcontext():
         started = time.monotonic()
-        code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
-                          echo=job.echo, deadline_s=job.deadline_s, startup=job.startup)
+        try:
+            code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
+                              echo=job.echo, deadline_s=job.deadline_s, startup=job.startup)
+        finally:  # the job's tree is down: what its killed ranks left in /dev/shm goes
+            removed = shm_orphans.sweep()
+            if removed:
+                log.info(f"{job.label}: removed {len(removed)} shared-memory segment(s) its ended ranks left in "
+                         f"{shm_orphans.SHM_DIR}")
         wall = time.monotonic() - started
     if job.check:
         require_success(code, job.label, job.stderr)
