@@ -126,3 +126,22 @@ def test_a_job_whose_launcher_was_killed_leaves_no_segment(tmp_path: Path) -> No
     assert len(list(tmp_path.glob("ready.*"))) == 2, "the ranks never came up"
     assert outcome.code != 0
     assert _segments() - before == set()
+
+
+def test_a_segment_in_use_through_a_linked_directory_stays(tmp_path: Path) -> None:
+    """Where /dev/shm is a link (to /run/shm on some systems), /proc names the real path: a
+    segment in use is still seen as in use."""
+    real = tmp_path / "run-shm"
+    real.mkdir()
+    linked = tmp_path / "dev-shm"
+    linked.symlink_to(real)
+    mapped = _segment(real, "h", 1)
+    held = _segment(real, "h", 2)
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(mapped), str(held)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        assert shm_orphans.sweep(hostname="h", shm_dir=str(linked)) == []
+    finally:
+        child.communicate("done\n", timeout=60)
+    assert mapped.exists() and held.exists()

@@ -25,7 +25,8 @@ def sweep(hostname: str | None = None, shm_dir: str = SHM_DIR) -> list[str]:
     """Remove the orphaned segments of this host (or `hostname`, one whose processes share this
     process table) and of this user from `shm_dir`; returns their names."""
     host, uid = hostname or socket.gethostname(), os.geteuid()
-    candidates: dict[int, str] = {}  # inode -> name: regular files of this user named for the host
+    candidates: dict[bytes, str] = {}  # path -> name: regular files of this user named for the host
+    real = os.path.realpath(shm_dir)  # as /proc names them (/dev/shm is a link to /run/shm on some systems)
     try:
         entries = list(os.scandir(shm_dir))
     except OSError:
@@ -39,12 +40,11 @@ def sweep(hostname: str | None = None, shm_dir: str = SHM_DIR) -> list[str]:
         except OSError:
             continue
         if stat.S_ISREG(info.st_mode) and info.st_uid == uid:
-            candidates[info.st_ino] = entry.name
+            candidates[os.fsencode(os.path.join(real, entry.name))] = entry.name
     if not candidates:
         return []
-    device = os.stat(shm_dir).st_dev
-    for inode in _in_use(device, set(candidates)):
-        candidates.pop(inode, None)
+    for path in _in_use(set(candidates)):
+        candidates.pop(path, None)
     removed = []
     for name in candidates.values():
         try:
@@ -55,27 +55,28 @@ def sweep(hostname: str | None = None, shm_dir: str = SHM_DIR) -> list[str]:
     return removed
 
 
-def _in_use(device: int, inodes: set[int]) -> set[int]:
-    """Which of the inodes (on `device`) some process has mapped or open. A process that cannot
-    be read (another user's, or one that just ended) is passed over: only this user's
-    segments are candidates, and this user's processes can be read."""
-    used: set[int] = set()
+def _in_use(paths: set[bytes]) -> set[bytes]:
+    """Which of the paths some process has mapped or open, read from /proc alone: the link of an
+    open descriptor is read, never followed, so a process with a file open on a hung network
+    mount cannot hold this up. A process that cannot be read (another user's, or one that just
+    ended) is passed over: only this user's segments are candidates."""
+    used: set[bytes] = set()
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/maps", "rb") as maps:
                 for line in maps:
-                    fields = line.split(None, 5)
-                    if len(fields) > 5 and fields[5].startswith(b"/") and int(fields[4]) in inodes:
-                        used.add(int(fields[4]))
+                    fields = line.rstrip(b"\n").split(None, 5)
+                    if len(fields) > 5 and fields[5] in paths:
+                        used.add(fields[5])
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
-                    info = os.stat(f"/proc/{pid}/fd/{fd}")
+                    target = os.readlink(os.fsencode(f"/proc/{pid}/fd/{fd}"))
                 except OSError:
                     continue
-                if info.st_dev == device and info.st_ino in inodes:
-                    used.add(info.st_ino)
-        except (OSError, ValueError):
+                if target in paths:
+                    used.add(target)
+        except OSError:
             continue
     return used
