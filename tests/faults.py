@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import MLPSTORAGE, interruptible
+from mlpstorage_py.launch import shm_orphans
 
 
 def _cmdlines() -> Iterator[tuple[int, str]]:
@@ -36,6 +38,13 @@ def _cmdlines() -> Iterator[tuple[int, str]]:
 def pids_matching(*parts: str) -> list[int]:
     """Live processes whose command line holds every one of parts, in pid order."""
     return sorted(pid for pid, line in _cmdlines() if all(p in line for p in parts))
+
+
+def shm_segments() -> set[str]:
+    """This host's Open MPI shared-memory segments of this user (launch/shm_orphans.py)."""
+    prefix = f"sm_segment.{socket.gethostname()}.{os.geteuid()}."
+    shm = Path(shm_orphans.SHM_DIR)
+    return {p.name for p in shm.glob(prefix + "*")} if shm.is_dir() else set()
 
 
 def children_of(pid: int) -> list[int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,8 +15,8 @@ import pytest
 
 from conftest import MLPSTORAGE, all_leaves, subprocess_env
 from fault_figures import record
-from mlpstorage_py.launch import shm_orphans
-from faults import assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, small_fs, work_started
+from faults import (assert_failed_leaf, assert_incomplete_everywhere, inject, pids_matching, shm_segments, small_fs,
+                    work_started)
 
 SMALL = ["model.num_layers=2", "model.hidden_size=256", "model.ffn_hidden_size=512", "model.vocab_size=4096",
          "model.num_attention_heads=8", "model.num_kv_heads=2", "checkpoint.time_between_checkpoints=0"]
@@ -64,14 +63,8 @@ def test_signal_to_mlpstorage_mid_run(results, other_fs_dir, tmp_path, sig, code
     record("fault", 1, 1, benchmark="checkpointing", fault=signal.Signals(sig).name, seconds=round(took, 1))
 
 
-def _segments() -> set[str]:
-    """This host's Open MPI shared-memory segments of this user in /dev/shm."""
-    prefix = f"sm_segment.{socket.gethostname()}.{os.geteuid()}."
-    return {p.name for p in Path(shm_orphans.SHM_DIR).glob(prefix + "*")} if Path(shm_orphans.SHM_DIR).is_dir() else set()
-
-
 def test_sigkill_to_one_engine_rank(results, other_fs_dir, tmp_path):
-    before = _segments()
+    before = shm_segments()
     rc, err, took = inject(slow_run(results, other_fs_dir), subprocess_env(tmp_path),
                            lambda: work_started(results),
                            lambda child: os.kill(engine_ranks(other_fs_dir)[-1], signal.SIGKILL), str(other_fs_dir))
@@ -80,7 +73,7 @@ def test_sigkill_to_one_engine_rank(results, other_fs_dir, tmp_path):
     (leaf,) = leaves(results)
     assert_failed_leaf(leaf, 6, "checkpoint engine")
     # the killed rank's segment (and those of the ranks ended after it) did not outlive the run
-    assert _segments() - before == set()
+    assert shm_segments() - before == set()
     record("fault", 1, 1, benchmark="checkpointing", fault="SIGKILL rank", seconds=round(took, 1))
 
 

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from faults import pids_matching, shm_segments
 from mlpstorage_py.launch import shm_orphans
 from mlpstorage_py.launch.job import Job, run_job
 
@@ -81,11 +80,6 @@ while True:
 """
 
 
-def _segments() -> set[str]:
-    prefix = f"sm_segment.{socket.gethostname()}.{os.geteuid()}."
-    return {p.name for p in Path(shm_orphans.SHM_DIR).glob(prefix + "*")}
-
-
 def _kill_launcher_once_ready(marks: Path, script: Path, done: threading.Event) -> None:
     """SIGKILL the job's launcher (mpirun execs prterun) once both ranks are up, as when
     mlpstorage is killed or its deadline's teardown ends the job: nothing of Open MPI's
@@ -93,13 +87,8 @@ def _kill_launcher_once_ready(marks: Path, script: Path, done: threading.Event) 
     while len(list(marks.glob("ready.*"))) < 2:
         if done.wait(0.05):
             return
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) in (b"prterun", b"mpirun") and str(script).encode() in argv:
-            os.kill(int(pid), signal.SIGKILL)
+    for pid in pids_matching("prterun", str(script)):
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(not Path(shm_orphans.SHM_DIR).is_dir(), reason="no /dev/shm here")
@@ -111,7 +100,7 @@ def test_a_job_whose_launcher_was_killed_leaves_no_segment(tmp_path: Path) -> No
         pytest.skip("no mpirun in this venv (make test installs it)")
     script = tmp_path / "ranks.py"
     script.write_text(RANKS, encoding="utf-8")
-    before = _segments()
+    before = shm_segments()
     job = Job([str(mpirun), "-n", "2", "--host", "127.0.0.1:2", "--allow-run-as-root", "--bind-to", "none",
                sys.executable, str(script), str(tmp_path)], "killed launcher", tmp_path / "out.log",
               tmp_path / "err.log", 120.0, check=False)
@@ -125,7 +114,7 @@ def test_a_job_whose_launcher_was_killed_leaves_no_segment(tmp_path: Path) -> No
         killer.join(timeout=60)
     assert len(list(tmp_path.glob("ready.*"))) == 2, "the ranks never came up"
     assert outcome.code != 0
-    assert _segments() - before == set()
+    assert shm_segments() - before == set()
 
 
 def test_a_segment_in_use_through_a_linked_directory_stays(tmp_path: Path) -> None:
