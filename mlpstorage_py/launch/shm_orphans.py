@@ -1,9 +1,9 @@
 """Open MPI's shared-memory segments that killed ranks leave in /dev/shm.
 
 Each rank of a job makes `sm_segment.<host>.<uid>.<job id>.<node rank>` (16 MiB) for its
-on-node peers and removes it at MPI_Finalize; a rank killed outright, or ended by the launcher
-after another was, never does (open-mpi/ompi#7394), so every failed run left 16 MiB a local rank
-on each host until reboot. A segment is orphaned when no process has it open or mapped: its
+on-node peers, removed at MPI_Finalize or, for a rank that dies, by the launcher; a launcher
+killed outright (mlpstorage SIGKILLed, a deadline's teardown) removes none (open-mpi/ompi#7394),
+so every such run left 16 MiB a local rank on each host until reboot. A segment is orphaned when no process has it open or mapped: its
 maker keeps it one or the other from creating it until it removes it. After each engine job
 (launch/job.py), this host's orphans of this user are removed; those of other users or hosts,
 links and anything else are left alone. A process in another PID namespace that shares this
