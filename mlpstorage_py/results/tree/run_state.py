@@ -37,7 +37,7 @@ def state(leaf: Leaf) -> tuple[str, str]:
             return OK, "finished (end time recorded)"
         return INCOMPLETE, "metadata records no end time"
     if isinstance(leaf.summary, dict):
-        if files.kind_of(files.child(leaf.path, LOG_FILE)) == files.FILE:
+        if files.names(leaf.path).get(LOG_FILE) == files.FILE:
             # mlpstorage's own leaf (its log is written from the start, the metadata in any
             # case at the end): the tool was stopped after its engine finished, before it
             # checked the engine's outputs, so the run counts nowhere.
