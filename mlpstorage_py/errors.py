@@ -9,7 +9,9 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
   10 a client host is unreachable (its name does not resolve or its sshd does not answer);
   11 a launched job's ranks did not all start within its start-up allowance;
   12 I/O tracing (--trace-io) cannot run on every client host (not root, no bpftrace, no
-     tracefs, no BTF), so nothing was started.
+     tracefs, no BTF), so nothing was started;
+  13 refused: content read from a results tree (a leaf's replay.fio, a history entry) asked to
+     run something this tool does not vouch for, so nothing was started.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ class TraceUnavailable(MlpsError):
     """--trace-io was asked for but a host cannot trace: refused before anything starts."""
 
     exit_code = 12
+
+
+class Refused(MlpsError):
+    """A results tree is data: a job file or recorded command from one that would run a program,
+    reach a path or move bytes this tool did not write it to is refused before anything starts."""
+
+    exit_code = 13
 
 
 class Interrupted(MlpsError):

@@ -518,9 +518,10 @@ def test_a_directory_that_refuses_o_direct_is_named_before_fio_starts(tmp_path, 
 
 @needs_fio
 def test_fio_failing_is_a_failed_benchmark(cli, tmp_path):
-    """A replay.fio that fio rejects (edited by hand): exit 6 with fio's line; no result written."""
+    """A checked job that fio cannot run (a directory stands where its file goes): exit 6 with
+    fio's line; no result written."""
     leaf = make_leaf(tmp_path / "leaf", small_trace())
-    (leaf / "replay.fio").write_text("[job]\nrw=write\nbs=1m\nsize=1m\nno_such_option=1\n")
+    (tmp_path / "h0-python3-300-vda.0.0").mkdir()
     result = cli("replay", leaf, "--directory", tmp_path)
     assert result.rc == 6 and "fio on localhost exited with code" in result.err, result.err
     assert not list(leaf.glob("replay_*.json"))
@@ -543,10 +544,10 @@ def fio_processes(target: Path) -> list[int]:
 @needs_fio
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_replay_leaves_no_fio(tmp_path, sig):
-    """SIGINT or SIGTERM while fio runs (a rate-limited, time-based job that cannot finish first):
-    exit 8, no fio left, no result written."""
+    """SIGINT or SIGTERM while fio runs (a rate-limited job, within the trace's bytes, that cannot
+    finish first: 8 MiB at 64 KiB/s): exit 8, no fio left, no result written."""
     leaf = make_leaf(tmp_path / "leaf", small_trace())
-    (leaf / "replay.fio").write_text("[h0-slow]\nrw=write\nbs=4k\nsize=64m\nrate=256k\ntime_based=1\nruntime=600\n")
+    (leaf / "replay.fio").write_text("[h0-slow]\nrw=write\nbssplit=4k/100\nsize=8m\nrate=64k\n")
     target = tmp_path / "target"
     target.mkdir()
     code, err, _ = signal_when_ready([str(MLPSTORAGE), "replay", str(leaf), "--directory", str(target)],
@@ -584,7 +585,7 @@ def test_an_interrupted_replay_on_simulated_hosts_leaves_no_fio_on_them(tmp_path
     """SIGINT while each simulated host runs its fio over the remote shell: exit 8, and no fio
     (nor anything else of ours) is left on any host (sim_hosts asserts the rest)."""
     leaf = make_leaf(tmp_path / "leaf", trace([seq_write(400, 4)], [seq_write(500, 2)]))
-    slow = "rw=write\nbs=4k\nsize=64m\nrate=256k\ntime_based=1\nruntime=600\n"
+    slow = "rw=write\nbssplit=4k/100\nsize=2m\nrate=16k\n"  # 128 s a host, within the trace's 6 MiB
     (leaf / "replay.fio").write_text(f"[h0-slow]\n{slow}\n[h1-slow]\n{slow}")
     target = tmp_path / "target"
     target.mkdir()

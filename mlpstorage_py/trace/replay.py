@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 import yaml
 
-from mlpstorage_py.errors import NotFoundError, UsageError
+from mlpstorage_py.errors import NotFoundError, Refused, UsageError
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import atomic_write_text, read_json
 from mlpstorage_py.results.logs import log
@@ -200,6 +200,18 @@ def _sane(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")[:24] or "proc"
 
 
+def _one_line(text: str) -> str:
+    """A line of the job file with any control character (a newline from a process name or a
+    leaf's path in io_trace.json) shown as `?`: what the trace names stays inside its comment."""
+    return re.sub(r"[\x00-\x1f\x7f]", "?", text)
+
+
+def _pid(stream: dict[str, Any]) -> int:
+    """The stream's process id as a number (io_trace.json is data: anything else counts as 0)."""
+    pid = stream.get("pid", 0)
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+
+
 def check_level(trace: dict[str, Any]) -> str:
     """The trace's level when a job can be distilled from it; else a UsageError saying why not."""
     level = trace.get("level")
@@ -293,7 +305,7 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
     read = ops.get("read") if part.op in (None, "read") else None
     write = ops.get("write") if part.op in (None, "write") else None
     flush = ops.get("flush") if part.op in (None, "write") else None
-    pid, comm, device = stream.get("pid", 0), str(stream.get("comm") or ""), str(stream.get("device") or "")
+    pid, comm, device = _pid(stream), str(stream.get("comm") or ""), str(stream.get("device") or "")
     base = f"h{part.index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
     job = Job(base + (f"-{part.op}" if part.op else ""), part.host, stream, read_bytes=_bytes(read),
               write_bytes=_bytes(write), phase=part.phase)
@@ -424,7 +436,7 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
             lines.append("stonewall")
         lines += [f"{key}={value}" for key, value in job.options]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(_one_line(line) for line in lines)
 
 
 def sections(text: str) -> dict[int, list[str]]:
@@ -465,12 +477,36 @@ def load(leaf: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def write(leaf: Path) -> Path:
     """Write <leaf>/replay.fio from the leaf's trace; an existing one is kept, and the log says so."""
+    return checked_job(leaf)[1]
+
+
+def checked_job(leaf: Path) -> tuple[str, Path, bool]:
+    """The job that may run for `leaf`: the text of its replay.fio once every line passes
+    job_check against what its io_trace.json distils to (a job file from a results tree is
+    data), else the distillation, written to the leaf; with its path and whether it was written
+    now. A leaf's own file that differs from the distillation (edited by hand, or by another
+    version) is run only once checked, and the log says that it differs."""
+    from mlpstorage_py.trace import job_check
+
     path = leaf / FILE
     if path.is_symlink():
         raise UsageError(f"{path} is a symlink: replay.fio is read and written only inside the leaf")
     trace, meta = load(leaf)
-    if path.exists():
-        log.info(f"{path} is already there: kept (remove it to distil the trace again)")
-        return path
-    atomic_write_text(path, distill(trace, meta, name=str(leaf)))
-    return path
+    try:
+        fresh = distill(trace, meta, name=str(leaf))
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UsageError(f"{leaf / io_trace.FILE} is malformed ({type(exc).__name__}: {exc}): nothing to replay") from exc
+    budget = job_check.job_bytes(job_check.check(fresh, f"the job distilled from {io_trace.FILE}", 1 << 62))
+    if not path.exists():
+        atomic_write_text(path, fresh)
+        return fresh, path, True
+    if not path.is_file():
+        raise UsageError(f"{path} is not a regular file: replay.fio is read only as a file inside the leaf")
+    if path.stat().st_size > job_check.MAX_FILE_BYTES:
+        raise Refused(f"{path} holds {path.stat().st_size} B, more than a job file this tool writes: refused")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    job_check.check(text, str(path), budget)
+    if text != fresh:
+        log.warning(f"{path} differs from what {io_trace.FILE} distils to (edited by hand, or by another "
+                    "version): replaying it, as checked (remove it to distil the trace again)")
+    return text, path, False

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
 from mlpstorage_py.launch import process
@@ -254,6 +254,28 @@ def _result_path(leaf: Path, text: str) -> Path:
             tmp.unlink()
 
 
+@contextlib.contextmanager
+def _checked_copy(job_file: Path, text: str) -> Iterator[Path]:
+    """The checked job text in a file of its own beside replay.fio (where every host that reads
+    the leaf reads it), removed afterwards: fio reads what was checked, not what replay.fio may
+    hold by the time it starts."""
+    copy = job_file.with_name(f".{job_file.name}.{os.getpid()}.checked")
+    try:  # a new file: never through a link or over a file the leaf already holds
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise write_failed(copy, exc) from exc
+    try:
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise write_failed(copy, exc) from exc
+        yield copy
+    finally:
+        with contextlib.suppress(OSError):
+            copy.unlink()
+
+
 def direct_refused(directory: Path) -> str | None:
     """Why `directory` refuses O_DIRECT (tmpfs did before Linux 6.6), or None: the replay of an
     O_DIRECT run issues its requests with O_DIRECT, as the run did."""
@@ -292,10 +314,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     fio = shutil.which("fio")
     if fio is None:
         raise NotFoundError("fio is not installed (apt-get install fio): replay runs the job with fio")
-    job_file = leaf / distiller.FILE
-    written = not job_file.exists() and not job_file.is_symlink()
-    distiller.write(leaf)
-    text = job_file.read_text(encoding="utf-8")
+    text, job_file, written = distiller.checked_job(leaf)
     by_host = distiller.sections(text)
     if not by_host:
         raise UsageError(f"{job_file} has no job sections")
@@ -311,17 +330,16 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
             raise UsageError(f"--hosts names {len(hosts)} host(s); the trace's jobs came from {len(by_host)} "
                              "(give one host per traced host, in the trace's order, or none to replay all here)")
         check_hosts(hosts)
-        plan = [(host, [*common, *(f"--section={s}" for s in by_host[i]), str(job_file)])
-                for host, i in zip(hosts, sorted(by_host))]
+        plan = [(host, [*common, *(f"--section={s}" for s in by_host[i])]) for host, i in zip(hosts, sorted(by_host))]
     else:
-        plan = [("localhost", [*common, str(job_file)])]
+        plan = [("localhost", common)]
     made = distiller.jobs(trace, meta)[0]
     total = sum(j.read_bytes + j.write_bytes for j in made)
     deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch:
-        runs = [HostRun(host, _host_argv(host if hosts else None, fio, argv), Path(scratch) / f"fio{i}.json",
-                        Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
+    with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch, _checked_copy(job_file, text) as copy:
+        runs = [HostRun(host, _host_argv(host if hosts else None, fio, [*argv, str(copy)]),
+                        Path(scratch) / f"fio{i}.json", Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
         mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
         limit = mib * MIB + 2 * fio_buffers(made) if mib else 0
         with page_cache.bounded(limit) as bound:
