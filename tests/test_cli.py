@@ -312,7 +312,7 @@ def test_history_records_shows_and_reruns(cli, results):
 
     first = workload_leaves(results)
     assert len(first) == 1
-    rerun = cli("history", "rerun", "1", "-rd", results)
+    rerun = cli("history", "rerun", "1", "--yes", "-rd", results)
     assert rerun.rc == 0, rerun.err
     leaves = workload_leaves(results)
     assert len(leaves) == 2 and first[0] in leaves
@@ -342,7 +342,7 @@ def test_history_rerun_from_another_directory(cli, tmp_path, monkeypatch):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    res = cli("history", "rerun", "1", "-rd", results)
+    res = cli("history", "rerun", "1", "--yes", "-rd", results)
     assert res.rc == 0, res.err
     assert len(workload_leaves(results)) == 2
 

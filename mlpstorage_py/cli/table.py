@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli import config, replay, submission, systems, utility
+from mlpstorage_py.cli import config, history, replay, submission, systems, utility
 from mlpstorage_py.cli.command import DEBUG, NONE, TREE, Command, Group
 
 COMMANDS: tuple[Group | Command, ...] = (
@@ -27,9 +27,9 @@ COMMANDS: tuple[Group | Command, ...] = (
             description="Per result: the figures of its results.json (run reportgen first), plots of its runs and "
                         "the validate findings, as one HTML page that loads nothing from anywhere."),
     Group("history", "show or re-run recorded commands"),
-    Command(("history", "show"), "list recorded commands", utility.history_show, utility.history_show_arguments),
-    Command(("history", "rerun"), "run a recorded command again (a new leaf; nothing is overwritten)",
-            utility.history_rerun, utility.history_rerun_arguments),
+    Command(("history", "show"), "list recorded commands", history.history_show, history.history_show_arguments),
+    Command(("history", "rerun"), "run a recorded command again once confirmed (a new leaf; nothing is overwritten)",
+            history.history_rerun, history.history_rerun_arguments),
     Command(("version",), "print the tool version, rules edition and layout version", utility.version, flags=DEBUG),
     Group("systems", "system descriptions: `systems describe <system>`", debug=True),
     Command(("systems", "describe"), "write systems/<system>.yaml from the client hosts the runs recorded",

@@ -1,4 +1,4 @@
-"""init, validate, reports, history and version: their arguments and handlers (listed in cli/table.py)."""
+"""init, validate, reports and version: their arguments and handlers (listed in cli/table.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from mlpstorage_py.cli.command import Args, results_dir
-from mlpstorage_py.cli.common import positive_int
 
 
 def init_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,59 +124,6 @@ def reports_html(args: Args) -> int:
     output, counts = html.write(root, args.get("output"), bool(args.get("force")))
     print(f"wrote {output}: {counts['results']} results, {counts['charts']} charts, {counts['findings']} findings")
     return 0
-
-
-def history_show_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--limit", "-n", type=positive_int, help="only the last N entries")
-    p.add_argument("--id", "-i", type=positive_int, help="only entry ID")
-
-
-def history_show(args: Args) -> int:
-    import shlex
-
-    from mlpstorage_py.results import history
-    from mlpstorage_py.results.sentinel import require_org
-
-    root = results_dir(args)
-    require_org(root)
-    entries = history.entries(root)
-    if args.get("id"):
-        entries = [history.find(root, args["id"])]
-    elif args.get("limit"):
-        entries = entries[-args["limit"]:]
-    for entry in entries:
-        print(f"{entry['id']:>5}  {entry['at']}  mlpstorage {shlex.join(entry['argv'])}")
-    return 0
-
-
-def history_rerun_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("id", type=positive_int, help="entry ID from `history show`")
-
-
-def history_rerun(args: Args) -> int:
-    """Parse and run a recorded command again, from the directory it was run in."""
-    import os
-    import shlex
-    import time
-
-    from mlpstorage_py.cli.dispatch import parse, run
-    from mlpstorage_py.errors import UsageError
-    from mlpstorage_py.results import history
-
-    root = results_dir(args)
-    entry = history.find(root, args["id"])
-    if entry["argv"][:1] == ["history"]:
-        raise UsageError("a history command cannot be re-run")
-    argv = list(entry["argv"])
-    if not {"--results-dir", "-rd"} & {a.split("=")[0] for a in argv}:
-        argv += ["--results-dir", str(root)]
-    print(f"re-running {entry['id']}: mlpstorage {shlex.join(argv)}")
-    previous = os.getcwd()
-    os.chdir(entry.get("cwd") or previous)  # relative paths in argv mean what they meant then
-    try:
-        return run(parse(argv), argv, time.time())
-    finally:
-        os.chdir(previous)
 
 
 def version(args: Args) -> int:
