@@ -65,7 +65,7 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
                            "Model": table.MODEL_LABELS.get(first.model, ""), "Rules Edition": edition,
                            "Comparability Class": klass}
     row.update(table.system_columns(pkg.root / division / org, first.system))
-    code = table.link((first.pointer or "").strip() or "unknown", "code-images")
+    code = table.code_cell(first.pointer)
     logs = table.link(first.system, rel)
     hosts = max((table.leaf_hosts(l) or 0) for l in leaves) or None
     meta = first.metadata or {}

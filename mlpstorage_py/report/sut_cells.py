@@ -5,6 +5,7 @@ Provisioned Power (W) the nameplate power of the storage system's own PSUs."""
 
 from __future__ import annotations
 
+import datetime
 import math
 from typing import Any
 
@@ -18,6 +19,14 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _items(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _scalar(value: Any) -> str | int | float | None:
+    """A description's value as a cell: a string or number as it is, a date as its text, nothing
+    for a mapping or sequence (a {href, text} mapping is no link, and a nest no description)."""
+    if isinstance(value, (str, int, float)):
+        return value
+    return str(value) if isinstance(value, datetime.date) else None
 
 
 def _word(value: Any) -> str | None:
@@ -81,13 +90,14 @@ def _tib(value: Any) -> float | int | None:
 
 
 def cells(doc: Any, system: str) -> dict[str, Any]:
-    """The SUT cells of one parsed systems/<system>.yaml (blank where it says nothing)."""
+    """The SUT cells of one parsed systems/<system>.yaml (blank where it says nothing); only
+    scalars are taken, so the cells are plain data whatever the description holds."""
     sut = _mapping(_mapping(doc).get("system_under_test"))
     solution = _mapping(sut.get("solution"))
-    return {"Name": solution.get("submission_name") or system,
-            "Description": " ".join(str(solution.get("friendly_description") or "").split()),
+    return {"Name": _scalar(solution.get("submission_name")) or system,
+            "Description": " ".join(str(_scalar(solution.get("friendly_description")) or "").split()),
             "Type": storage_type(solution), "Access Protocol": access_protocol(solution),
-            "Availability": solution.get("availability"), "RU's": rack_units(sut),
+            "Availability": _scalar(solution.get("availability")), "RU's": rack_units(sut),
             "Integrated Client Storage (TiB)": _tib(solution.get("int_client_store_tib")),
             "Usable Capacity (TiB)": _tib(solution.get("usable_capacity_tib")),
             "Provisioned Power (W)": provisioned_power(sut)}

@@ -1,13 +1,18 @@
-"""The results table: fixed column order (the published v3.0 layout), one row per result."""
+"""The results table: fixed column order (the published v3.0 layout), one row per result.
+
+Every value in a row comes from a package made elsewhere, and results.csv's cells are shown as
+HTML (its links are <a> elements) and opened in spreadsheets: to_csv writes markup only for a
+Link this module builds, escapes every other string and keeps a formula from starting a cell."""
 
 from __future__ import annotations
 
 import csv
+import html
 import io
 from pathlib import Path
 from typing import Any
 
-
+from mlpstorage_py.results import code_image
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.report import sut_cells
@@ -36,21 +41,50 @@ MODEL_LABELS = {"unet3d": "Unet3D", "retinanet": "RetinaNet", "llama3-8b": "8B",
                 "llama3-405b": "405B", "llama3-1t": "1250B"}
 BENCHMARK_LABELS = {"training": "Training", "checkpointing": "Checkpointing", "vector_database": "VDB",
                     "kv_cache": "KVCache"}
+SYSTEM_YAML_LIMIT = 256 << 10  # bytes: the published descriptions are at most 12 KB, and a cell repeats in every row
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+
+
+class Link(dict):
+    """A cell that to_csv writes as <a href>: only link() makes one, so no value read from the tree
+    (a YAML mapping with an href of its own) becomes markup; results.json writes its text and href."""
 
 
 def system_columns(org_dir: Path, system: str) -> dict[str, Any]:
     """The system-under-test cells from systems/<system>.yaml (sut_cells; blank where it says nothing),
-    read as the checker reads it: a link or special file is not opened, a malformed file leaves blanks."""
+    read as the checker reads it: a link or special file is not opened, a malformed or oversized
+    file (or one with YAML aliases: files) leaves blanks."""
     path = org_dir / "systems" / f"{system}.yaml"
-    data = files.yaml_or_unreadable(path) if files.kind_of(path) == files.FILE else None
+    data = files.yaml_or_unreadable(path) if files.kind_of(path) == files.FILE and _small(path) else None
     try:
         return sut_cells.cells(data, system)
     except (AttributeError, TypeError, ValueError, OverflowError):  # wrong types inside the description
         return sut_cells.cells({}, system)
 
 
-def link(text: str, href: str) -> dict[str, str]:
-    return {"text": text, "href": href}
+def _small(path: Path) -> bool:
+    try:
+        return path.lstat().st_size <= SYSTEM_YAML_LIMIT
+    except OSError:
+        return False
+
+
+def link(text: str, href: str) -> Link | str:
+    """A link to a path relative to the package root; the text alone for any other href (a scheme
+    such as javascript: or data:, an absolute path, a way out with .., a control character)."""
+    parts = href.split("/")
+    inside = href.isprintable() and "\\" not in href and ":" not in parts[0] and all(p not in ("", "..") for p in parts)
+    return Link(text=text, href=href) if inside else text
+
+
+def code_cell(pointer: str | None) -> Link | str:
+    """A leaf's Code cell: the code image its .mlps-code-image names, linked to the pool; "unknown"
+    where it names none and a plain "malformed" where its text is no pointer (never the text itself)."""
+    text = (pointer or "").strip()
+    if not text:
+        return link("unknown", code_image.POOL_DIR)
+    digest = code_image.parse_pointer(text)
+    return link(code_image.pointer_text(digest), code_image.POOL_DIR) if digest else "malformed"
 
 
 def leaf_hosts(leaf: Leaf) -> int | None:
@@ -67,19 +101,30 @@ def columns(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
-    """CSV in columns(rows) order; links become <a href> and missing values blank cells."""
+    """CSV in columns(rows) order; Links become <a href>, other strings escaped text, missing values blank."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header = columns(rows)
-    writer.writerow(header)
+    known = set(COLUMNS)
+    writer.writerow([column if column in known else _text(column) for column in header])  # a KV column names a model
     for row in rows:
-        cells = []
-        for column in header:
-            value = row.get(column)
-            if isinstance(value, dict):
-                value = f'<a href="{value["href"]}">{value["text"]}</a>'
-            elif isinstance(value, list):
-                value = "; ".join(value)
-            cells.append("" if value is None else value)
-        writer.writerow(cells)
+        writer.writerow([_cell(row.get(column)) for column in header])
     return out.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    """One CSV cell: a number as it is, anything else text (a list joined with "; ")."""
+    if isinstance(value, Link):
+        return f'<a href="{html.escape(value["href"], quote=True)}">{html.escape(value["text"], quote=True)}</a>'
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)):
+        return value
+    return _text("; ".join(map(str, value)) if isinstance(value, list) else str(value))
+
+
+def _text(value: str) -> str:
+    """A string cell: HTML-escaped (a carriage return too: the writer quotes only a line feed, so a
+    bare one would end the row), and led by an apostrophe where a spreadsheet would read a formula."""
+    text = html.escape(value, quote=True).replace("\r", "&#13;")
+    return "'" + text if value.startswith(FORMULA_STARTS) else text

@@ -10,6 +10,8 @@ finding about that file, never a crash.
 Two reporting styles exist, as the rules were written: (value, problem) for the structure rules
 (read_text, load_json, load_yaml, yaml_shape), and a value or {"__unreadable__": why} for the
 leaf records of package.py (json_or_unreadable, yaml_or_unreadable). Both parse the same text.
+A YAML anchor or alias makes a file not valid YAML here (fast_yaml, aliases=False): the package
+comes from elsewhere, and an alias nest expands without bound.
 """
 
 from __future__ import annotations
@@ -479,7 +481,7 @@ def _parsed_yaml(key: Key, _: _Content | None, text: str) -> tuple[Any, yaml.YAM
     found = _yaml.get(key)
     if found is None:
         try:
-            found = fast_yaml.load(text), None
+            found = fast_yaml.load(text, aliases=False), None  # an alias nest would expand into every table
         except yaml.YAMLError as exc:
             found = None, exc
         except RecursionError:
