@@ -11,7 +11,8 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
   12 I/O tracing (--trace-io) cannot run on every client host (not root, no bpftrace, no
      tracefs, no BTF), so nothing was started;
   13 refused: content read from a results tree (a leaf's replay.fio, a history entry) asked to
-     run something this tool does not vouch for, so nothing was started.
+     run something this tool does not vouch for, so nothing was started;
+  14 stalled: a launched job's ranks made no progress for the stall timeout (--stall-timeout).
 """
 
 from __future__ import annotations
@@ -61,6 +62,14 @@ class StartupExpired(TimeoutExpired):
     own deadline. A TimeoutExpired, so whoever records a deadline's stop records this one too."""
 
     exit_code = 11
+
+
+class Stalled(TimeoutExpired):
+    """A job's ranks stopped making progress (launch/watch.py): a hang, told apart from a slow
+    run, which is never stopped. A TimeoutExpired, so whoever records a deadline's stop records
+    this one too."""
+
+    exit_code = 14
 
 
 class TraceUnavailable(MlpsError):

@@ -42,6 +42,7 @@ class Progress:
         self.clock = clock
         self.started = self.last_line = clock()
         self.done = 0.0
+        self.note = ""  # a live detail beside the count (a job's rates: launch/watch.py)
         self.lines = 0
         self._lock = threading.Lock()
         self._bar: Any = None
@@ -52,8 +53,9 @@ class Progress:
 
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn(unit), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                            TextColumn("{task.fields[note]}"),
                             console=console, transient=False, refresh_per_second=4)  # light: ranks share the cores
-            self._task = self._bar.add_task(label, total=total)
+            self._task = self._bar.add_task(label, total=total, note="")
             self._bar.start()
 
     def update(self, done: float) -> None:
@@ -61,6 +63,15 @@ class Progress:
             self.done = done
             if self._bar is not None:
                 self._bar.update(self._task, completed=done)
+            elif self.clock() - self.last_line >= self.every_s:
+                self._line()
+
+    def set_note(self, note: str) -> None:
+        """The live detail shown beside the count: on a terminal at once, elsewhere on the next line."""
+        with self._lock:
+            self.note = note
+            if self._bar is not None:
+                self._bar.update(self._task, note=note)
             elif self.clock() - self.last_line >= self.every_s:
                 self._line()
 
@@ -76,11 +87,12 @@ class Progress:
 
     def text(self) -> str:
         elapsed = self.clock() - self.started
-        count = f"{self.done:g}/{self.total:g}" if self.total else f"{self.done:g}"
+        count = f"{self.done:g}/{self.total:g}" if self.total else f"{self.done:g}" if self.unit or self.done else ""
         share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         eta = self.eta_s()
         return (f"{self.label}: {count} {self.unit}{share}, {_seconds(elapsed)} elapsed"
-                + (f", ETA {_seconds(eta)}" if eta is not None and self.done < (self.total or 0) else "")).replace("  ", " ")
+                + (f", ETA {_seconds(eta)}" if eta is not None and self.done < (self.total or 0) else "")
+                + (f" | {self.note}" if self.note else "")).replace("  ", " ").replace(": , ", ": ")
 
     def _line(self, suffix: str = "") -> None:
         print(self.text() + suffix, file=self.stream, flush=True)

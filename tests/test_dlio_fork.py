@@ -44,7 +44,7 @@ def test_this_environment_is_detected_with_its_version_and_no_commit():
     assert engine.version == "2.0.0" and engine.table["version"] == "2.0.0"
     assert engine.stamp == {"version": "2.0.0", "source": "pypi", "commit": "unknown"}
     assert engine.stamp_tag == "package-metadata"
-    assert engine.rank_program() == [sys.executable, "-m", "mlpstorage_py.benchmarks.dlio_rank"]
+    assert engine.rank_program() == [sys.executable, "-P", "-m", "mlpstorage_py.benchmarks.dlio_rank"]
     assert not engine.native_object_storage
 
 

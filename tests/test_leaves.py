@@ -24,12 +24,12 @@ WHEN = datetime(2026, 7, 12, 13, 47, 59)
 
 def test_create_leaf_twice_moves_to_the_next_second(tmp_path):
     parent = tmp_path / "a" / "b"
-    first, stamp1 = create_leaf(parent, WHEN)
-    second, stamp2 = create_leaf(parent, WHEN)
+    first, stamp1 = create_leaf(parent, WHEN, tmp_path)
+    second, stamp2 = create_leaf(parent, WHEN, tmp_path)
     assert (stamp1, stamp2) == ("20260712_134759", "20260712_134800")
     assert first == parent / stamp1 and second == parent / stamp2
     assert first.is_dir() and second.is_dir()
-    third, stamp3 = create_leaf(parent, WHEN)
+    third, stamp3 = create_leaf(parent, WHEN, tmp_path)
     assert stamp3 == "20260712_134801"
     assert len({first, second, third}) == 3
 
@@ -39,7 +39,7 @@ def test_create_leaf_never_reuses_an_existing_directory(tmp_path):
     taken = parent / "20260712_134759"
     taken.mkdir(parents=True)
     (taken / "keep.txt").write_text("old run", encoding="utf-8")
-    leaf, stamp = create_leaf(parent, WHEN)
+    leaf, stamp = create_leaf(parent, WHEN, tmp_path)
     assert stamp == "20260712_134800"
     assert leaf != taken
     assert list(leaf.iterdir()) == []
@@ -51,7 +51,7 @@ def test_create_leaf_refuses_a_file_in_the_way(tmp_path):
     parent = tmp_path / "p"
     parent.mkdir()
     (parent / "20260712_134759").write_text("a file, not a leaf", encoding="utf-8")
-    leaf, stamp = create_leaf(parent, WHEN)
+    leaf, stamp = create_leaf(parent, WHEN, tmp_path)
     assert stamp == "20260712_134800"
     assert (parent / "20260712_134759").read_text(encoding="utf-8") == "a file, not a leaf"
 

@@ -56,7 +56,7 @@ def test_a_killed_run_is_incomplete_and_never_counted(cli, fresh):
     Built by hand: killing a real DLIO run costs minutes. A metadata that says `running` is the same."""
     root = fresh()
     runs = workload(root, "training") / "run"
-    killed, _ = create_leaf(runs, BASE + timedelta(hours=1))
+    killed, _ = create_leaf(runs, BASE + timedelta(hours=1), root)
     (killed / "training_run.stdout.log").write_text("epoch 1 ...\n", encoding="utf-8")
     running = leaves_of(runs)[2]
     edit_json(metadata_file(running), lambda m: (m.pop("exit_status"), m.pop("invocation_end_time"), m.update(status="running")))
@@ -76,7 +76,7 @@ def test_a_run_killed_after_its_engine_finished_is_incomplete(cli, fresh):
     root = fresh()
     runs = workload(root, "training") / "run"
     finished = leaves_of(runs)[1]
-    killed, _ = create_leaf(runs, BASE + timedelta(hours=1))
+    killed, _ = create_leaf(runs, BASE + timedelta(hours=1), root)
     shutil.copy(finished / "summary.json", killed / "summary.json")
     (killed / "mlpstorage.log").write_text("... INFO job:81 DLIO deadline: 600 s\n", encoding="utf-8")
     published = leaves_of(runs)[2]

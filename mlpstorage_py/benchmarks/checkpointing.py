@@ -171,7 +171,8 @@ class CheckpointingBenchmark(Benchmark):
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]),
                                            io_bytes=plan.engine_parameters["checkpoint_bytes"] * count)
-            plan.startup = rank_startup(self.request.args, plan.num_processes)
+            plan.startup = rank_startup(self.request.args, plan.num_processes,  # one unit: a rank's share of a checkpoint
+                                        unit_bytes=plan.engine_parameters["checkpoint_bytes"] / plan.num_processes)
             run_job(Job(plan.commands[0], "checkpoint engine", stdout, stderr, plan.deadline_s,
                         echo=bool(self.request.arg("verbose")), startup=plan.startup,
                         progress=progress.polled("checkpoints", count, marks, "written/read")), leaf, scratch)

@@ -20,6 +20,7 @@ import yaml
 
 from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.errors import NotAvailable, TimeoutExpired, UsageError
+from mlpstorage_py.launch.mpi import SAFE_PATH
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.provenance import stamp_from_metadata
 
@@ -33,10 +34,11 @@ _PROBE = ("import json, importlib.metadata as m, importlib.util as u\n"
           "    print(json.dumps({'version': d.version, 'direct_url': d.read_text('direct_url.json'),\n"
           "                      'location': s.submodule_search_locations[0] if s else None}))\n")
 # How a rank of another environment's Python finds our package without installing it there:
-# our source root first on sys.path, then dlio_rank's main. Our package has no module
-# mlpstorage_py.checkpointing (the reference tool's writer that the fork imports first), so the
-# fork takes its own fallback writer; dlio_rank records which one ran.
-_RANK_BOOT = "import sys; sys.path.insert(0, {root!r}); from mlpstorage_py.benchmarks.dlio_rank import main; main(sys.argv[1:])"
+# our source root first on sys.path, then dlio_rank's main. `-c` puts the working directory (the
+# run's scratch, inside the results tree) on sys.path as ''; the boot drops it, in any version.
+# Our package has no module mlpstorage_py.checkpointing (the reference tool's writer that the
+# fork imports first), so the fork takes its own fallback writer; dlio_rank records which one ran.
+_RANK_BOOT = "import sys; sys.path[:] = [{root!r}] + [p for p in sys.path if p]; from mlpstorage_py.benchmarks.dlio_rank import main; main(sys.argv[1:])"
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Engine:
     def rank_program(self) -> list[str]:
         """The argv prefix every DLIO rank runs (dlio_rank around DLIO's main)."""
         if self.bin_dir is None:
-            return [self.python, "-m", "mlpstorage_py.benchmarks.dlio_rank"]
+            return [self.python, *SAFE_PATH, "-m", "mlpstorage_py.benchmarks.dlio_rank"]
         return [self.python, "-c", _RANK_BOOT.format(root=str(source_root()))]
 
     def record(self) -> dict[str, Any]:

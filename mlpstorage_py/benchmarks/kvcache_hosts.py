@@ -25,6 +25,7 @@ from mlpstorage_py.errors import BenchmarkFailed, GateRefused
 from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
 from mlpstorage_py.launch.process import error_line, run_logged
+from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
 
 PROBE_TAG = "MLPS-KVCACHE-PROBE "  # the wrapper's line prefix (kv_cache_benchmark/mlperf_wrapper.py)
@@ -44,8 +45,7 @@ def run_probe(results_dir: Path, hosts: list[str], args: dict[str, Any], wrapper
     (rank, host entry, reported hostname, path, visible, detail) and mpirun's exit code.
     TimeoutExpired (exit 7) propagates after run_logged has torn the launcher's tree down.
     `check_path` replaces the marker the ranks look for (tests: a path no host has)."""
-    probe_dir = results_dir / ".mlps"
-    probe_dir.mkdir(parents=True, exist_ok=True)
+    probe_dir = make_dirs(results_dir, private_path(results_dir))  # never a linked .mlps
     token = uuid.uuid4().hex
     marker = probe_dir / f"kvcache-shared-probe-{token}"
     marker.write_text(token, encoding="utf-8")

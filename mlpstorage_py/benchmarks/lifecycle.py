@@ -81,7 +81,7 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
     storage_env = _storage_env_gate(bench)
     digest, image, created = code_image.capture(results_dir)
     log.debug(f"code image {image} ({'captured' if created else 'reused'})")
-    leaf, stamp = create_leaf(bench.workload_dir, datetime.now())
+    leaf, stamp = create_leaf(bench.workload_dir, datetime.now(), results_dir)
     handlers: list = []
     metadata: dict[str, Any] = {"benchmark_type": bench.benchmark_type, "model": req.model,
                                 "command": req.command, "run_datetime": stamp}

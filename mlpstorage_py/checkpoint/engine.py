@@ -20,6 +20,7 @@ s3dlio (storage/s3.py), with the same metrics.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -35,6 +36,7 @@ from typing import Any, Callable, TypeVar
 
 from mlpstorage_py import __version__
 from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
+from mlpstorage_py.launch import rank_progress
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
@@ -263,11 +265,20 @@ class Engine:
         self.say(f"{key}: {self.layout.total_gib:.4f} GiB, rank 0 {duration:.3f} s = {entry['throughput']:.3f} GiB/s, "
                  f"slowest rank {slowest:.3f} s")
 
+    def pause_between(self) -> None:
+        """The workload's time between checkpoints, said as a pause (the watchdog's, not a stall)."""
+        reporter = rank_progress.current()
+        with reporter.pausing() if reporter is not None else contextlib.nullcontext():
+            time.sleep(self.pause)
+
     def write_phase(self) -> None:
         block = self.opts.block_size
+        rank_progress.count(0, "files")
+        if rank_progress.current() is not None:
+            rank_progress.current().set_phase("write")
         for number in range(1, self.opts.num_write + 1):
             if number > 1:
-                time.sleep(self.pause)
+                self.pause_between()
             self.agree(lambda: self.store.make_dirs(self.ckpt_path(number)))
 
             def write_mine() -> None:
@@ -283,6 +294,7 @@ class Engine:
                                           f"the layout says {f.nbytes}")
                     self.record.bytes_written += result.bytes
                     self.record.fsync_calls += result.fsync_calls
+                    rank_progress.count(1, "files", written=0 if self.store.cached_locally else result.bytes)
                 if self.fsync and self.store.cached_locally:
                     sync_directory(self.ckpt_path(number))  # the new names are durable too
 
@@ -358,9 +370,11 @@ class Engine:
 
     def read_phase(self, numbers: list[int]) -> None:
         block = self.opts.block_size
+        if rank_progress.current() is not None:
+            rank_progress.current().set_phase("read")
         for index, number in enumerate(numbers, start=1):
             if index > 1 or self.opts.num_write:
-                time.sleep(self.pause)
+                self.pause_between()
 
             def read_mine() -> None:
                 for f in self.my_files:
@@ -372,6 +386,7 @@ class Engine:
                     if got != f.nbytes:
                         raise EngineError(f"rank {self.rank}: read {got} bytes of {path}, the layout says {f.nbytes}")
                     self.record.bytes_read += got
+                    rank_progress.count(1, "files", read=0 if self.store.cached_locally else got)
 
             self.timed(f"load_ckpt{index}", read_mine)
             self.record.read.append(f"ckpt_{number}")

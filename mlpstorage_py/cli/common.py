@@ -130,7 +130,14 @@ def add_mpi(parser: argparse.ArgumentParser) -> None:
                        help="extra launcher arguments, split like a shell would; use --mpi-params='...'")
     group.add_argument("--deadline", type=positive_float, metavar="SECONDS",
                        help="stop a launched job whose work runs longer than this, counted once every rank "
-                            "has started (default: derived from the work)")
+                            "has started, even one that is making progress (default: 10x the work's estimate)")
+    group.add_argument("--stall-timeout", type=positive_float, metavar="SECONDS",
+                       help="stop a launched job once a rank with work left, or the whole job, has made no progress "
+                            "for this long, naming the ranks and hosts (default: derived from one unit of work, "
+                            "at least 120 s); a job that keeps making progress is never stopped for being slow")
+    group.add_argument("--telemetry-interval", type=non_negative_float, metavar="SECONDS",
+                       help="sample each client host's CPU, memory, network and devices this often into the leaf's "
+                            "telemetry/ (default 2; 0: no telemetry)")
     group.add_argument("--startup-allowance", type=positive_float, metavar="SECONDS",
                        help="stop a launched job whose ranks have not all started within this, naming those "
                             "that did not (default: 180 s + 10 s per host + 1 s per rank)")

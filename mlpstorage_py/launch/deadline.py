@@ -33,22 +33,44 @@ def job_deadline(args: dict[str, Any], hosts: int, *, io_bytes: float = 0.0, bus
     return s["finish_s"] + s["per_host_s"] * max(hosts, 1) + s["safety_factor"] * work
 
 
-def rank_startup(args: dict[str, Any], processes: int, hosts: Sequence[str] | None = None) -> Startup:
+def rank_startup(args: dict[str, Any], processes: int, hosts: Sequence[str] | None = None, *,
+                 unit_bytes: float = 0.0) -> Startup:
     """The start-up of `processes` ranks placed over `hosts` (default: --hosts) as MPI maps them."""
     chosen = list(MpiOptions.from_args(args).hosts if hosts is None else hosts)
-    return startup(args, placement(host_slots(chosen, processes)))
+    return startup(args, placement(host_slots(chosen, processes)), unit_bytes=unit_bytes)
 
 
-def startup(args: dict[str, Any], placement: Sequence[str]) -> Startup:
+def stall_timeout(args: dict[str, Any], unit_bytes: float = 0.0) -> float:
+    """Seconds without progress that stop a job: --stall-timeout, else one unit of work
+    (`unit_bytes`: a file, a checkpoint shard, a request) at the floor throughput, times the
+    unit factor, and at least the floor."""
+    if args.get("stall_timeout"):
+        return float(args["stall_timeout"])
+    s = settings()
+    return max(s["stall_floor_s"], s["stall_unit_factor"] * unit_bytes / (s["floor_mib_per_s"] * MIB))
+
+
+def telemetry_interval(args: dict[str, Any]) -> float:
+    """Seconds between each client host's telemetry samples; 0: none."""
+    value = args.get("telemetry_interval")
+    return float(settings()["telemetry_s"] if value is None else value)
+
+
+def startup(args: dict[str, Any], placement: Sequence[str], *, unit_bytes: float = 0.0) -> Startup:
     """What the job's start-up must reach: one report per rank of `placement` (the host entry
-    of each rank, in rank order) within --startup-allowance, else start-up + per host + per rank."""
+    of each rank, in rank order) within --startup-allowance, else start-up + per host + per rank;
+    and the watcher of its ranks' progress once they have."""
+    from mlpstorage_py.launch.watch import Watch
+
     if args.get("startup_allowance"):
         allowance = float(args["startup_allowance"])
     else:
         s = settings()
         allowance = s["startup_s"] + s["startup_per_host_s"] * max(len(set(placement)), 1) + \
             s["startup_per_rank_s"] * len(placement)
-    return Startup(len(placement), allowance, tuple(placement))
+    watch = Watch(len(placement), stall_timeout(args, unit_bytes), progress_s=settings()["progress_s"],
+                  telemetry_s=telemetry_interval(args))
+    return Startup(len(placement), allowance, tuple(placement), watch=watch)
 
 
 def host_facts_deadline(args: dict[str, Any], hosts: int) -> float:

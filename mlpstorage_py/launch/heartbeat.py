@@ -22,7 +22,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from mlpstorage_py.launch.watch import Watch
 
 TAG = "MLPS-RANK-STARTED"
 # A run's work mark (trace/bpf.py): getpgid() of a number no pid reaches (pid_max is at most
@@ -94,6 +97,7 @@ class Startup:
     allowance_s: float
     placement: Sequence[str] = ()
     took_s: float | None = None  # seconds from the launch to the last report, once all came
+    watch: "Watch | None" = None  # the ranks' progress and the hosts' telemetry (launch/watch.py)
     completed_at: float | None = None  # time.monotonic() when the last rank reported
     _seen: dict[int, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

@@ -24,7 +24,7 @@ from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.host_config import host_config
 from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.job import scratch_dir
-from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command, uses_remote_shell
+from mlpstorage_py.launch.mpi import SAFE_PATH, MpiOptions, host_slots, mpi_command, uses_remote_shell
 from mlpstorage_py.results.host import meminfo_bytes
 
 
@@ -150,7 +150,8 @@ def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, d
 
     with scratch_dir(results_dir, "hostinfo") as tmp:
         out = tmp / "hosts.json"
-        program = [sys.executable, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + (["--drop-cache"] if drop_cache else [])
+        program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + \
+            (["--drop-cache"] if drop_cache else [])
         argv = mpi_command(opts, ranks, program)
         deadline = deadline_s or host_facts_deadline({}, ranks)
         code = run_logged(argv, stdout_path=tmp / "out.log", stderr_path=tmp / "err.log", cwd=tmp,

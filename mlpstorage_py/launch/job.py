@@ -24,6 +24,9 @@ from mlpstorage_py.launch import shm_orphans
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import fill
 from mlpstorage_py.launch.process import require_success, run_logged
+from mlpstorage_py.launch.watch import TELEMETRY_DIR, record_bottleneck
+from mlpstorage_py.progress import Progress
+from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
 
 
@@ -31,9 +34,9 @@ from mlpstorage_py.results.logs import log
 def scratch_dir(results_dir: Path | None, prefix: str) -> Iterator[Path]:
     """A fresh working directory for engine configs and the files engines drop in their current
     directory, on the results filesystem (which every client host shares) when there is one;
-    removed afterwards."""
-    root = (results_dir or Path(tempfile.gettempdir())) / ".mlps" / "scratch"
-    root.mkdir(parents=True, exist_ok=True)
+    removed afterwards. A linked .mlps or scratch is refused: the tree may come from someone else."""
+    base = results_dir or Path(tempfile.gettempdir())
+    root = make_dirs(base, private_path(base, "scratch"))
     path = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root))
     try:
         yield path
@@ -80,8 +83,13 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
     else:
         log.info(f"{job.label} start-up allowance: {job.startup.allowance_s:.0f} s for {job.startup.ranks} rank(s); "
                  f"work deadline: {job.deadline_s:.0f} s from then")
-    with job.progress or contextlib.nullcontext():
-        started = time.monotonic()
+    watch = job.startup.watch if job.startup is not None else None
+    view: ContextManager[Any] = job.progress or (Progress(job.label) if watch is not None else contextlib.nullcontext())
+    with view as bar, watch.reporting_env() if watch is not None else contextlib.nullcontext():
+        if watch is not None:
+            watch.telemetry_dir = leaf / TELEMETRY_DIR if watch.telemetry_s > 0 else None
+            watch.on_view = bar.set_note if isinstance(bar, Progress) else None
+        started, begun = time.monotonic(), time.time()
         try:
             code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
                               echo=job.echo, deadline_s=job.deadline_s, startup=job.startup)
@@ -90,6 +98,10 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
             if removed:
                 log.info(f"{job.label}: removed {len(removed)} shared-memory segment(s) its ended ranks left in "
                          f"{shm_orphans.SHM_DIR}")
+            if watch is not None:
+                watch.close()
+                for record in record_bottleneck(watch, leaf, job.label, begun, time.time()):
+                    log.info(f"{job.label}: bottleneck of {record['phase']}: {record['summary']}")
         wall = time.monotonic() - started
     if job.check:
         require_success(code, job.label, job.stderr)

@@ -19,6 +19,9 @@ from mlpstorage_py.launch.launchers import (MPICH, OPENMPI, SLURM, SRUN_MPI, Lau
 DEFAULT_HOSTS = ["127.0.0.1"]
 # Placeholders in planned commands, filled once the leaf and the scratch directory exist.
 LEAF, SCRATCH = "{leaf}", "{scratch}"
+# A rank of this Python started with `-m` in a scratch directory of the results tree would find
+# that directory first on sys.path (a module planted there would run): -P keeps it off (3.11+).
+SAFE_PATH: list[str] = ["-P"] if sys.version_info >= (3, 11) else []
 # Environment forwarded to every rank by name (-x NAME): values never appear on the command
 # line, so secrets such as AWS_SECRET_ACCESS_KEY are not printed or recorded.
 FORWARD_PREFIXES = ("DLIO_", "AWS_", "S3DLIO_", "MLPSTORAGE_", "OMPI_ALLOW_RUN_AS_ROOT", "PYTHONPATH",

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from mlpstorage_py.errors import BenchmarkFailed, StartupExpired, TimeoutExpired
+from mlpstorage_py.errors import BenchmarkFailed, Stalled, StartupExpired, TimeoutExpired
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.rank_guard import PR_SET_PDEATHSIG
 from mlpstorage_py.launch.session_dirs import remove_stale
@@ -30,6 +30,7 @@ from mlpstorage_py.results.logs import log
 
 PROGRESS_EVERY_S = 15.0
 STARTUP_POLL_S = 0.25  # how soon the work's clock starts after the last rank reported
+WATCH_POLL_S = 1.0     # how often a job whose ranks report progress is looked at (stall, live view)
 GRACE_S = 5.0
 # A Python exception line, possibly behind an MPI output tag such as `[1,2]<stderr>:`.
 EXCEPTION_LINE = re.compile(r"^(?:\[[^\]]*\][^:]*:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
@@ -43,11 +44,18 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
           startup: Startup | None) -> None:
     """Copy a child's output line by line, masking secret values before anything is written;
     a rank's start-up report goes to the watcher (and the log file), not to the console."""
+    watch = startup.watch if startup is not None else None
     for raw in iter(stream.readline, b""):
         raw = redact_bytes(raw, secrets)
+        line = raw.decode("utf-8", "replace").rstrip()
+        if watch is not None and watch.take(line):  # progress and telemetry: the watcher's, not the log's
+            at = min(raw.find(b"MLPS-"), len(raw))
+            if at > 0:  # what the engine had printed before the reporter's whole-line write
+                sink.write(raw[:at])
+                sink.flush()
+            continue
         sink.write(raw)
         sink.flush()
-        line = raw.decode("utf-8", "replace").rstrip()
         if startup is not None and startup.seen(line):
             continue
         if line:
@@ -150,14 +158,23 @@ class _Clock:
                                      "--startup-allowance changes the allowance")
             else:
                 return min(STARTUP_POLL_S, self.launched + self.startup.allowance_s - now)
+        watch = self.startup.watch if self.startup is not None else None
+        if watch is not None:
+            if watch.work_from is None:
+                watch.start_work(self.work_from)
+            why = watch.stalled()
+            if why:
+                raise Stalled(f"{self.label} made no progress for {watch.stall_s:.0f} s and was stopped: {why}; "
+                              "--stall-timeout changes the limit")
+        poll = WATCH_POLL_S if watch is not None else PROGRESS_EVERY_S
         if self.deadline_s is None:
-            return PROGRESS_EVERY_S
+            return poll
         left = self.work_from + self.deadline_s - now
         if left <= 0:
             counted = "" if self.startup is None else " (counted from the start of every rank)"
             raise TimeoutExpired(f"{self.label} ran past its deadline of {self.deadline_s:.0f} s{counted} and was "
                                  f"stopped (last output: {last[:160] or 'none'}); --deadline changes the limit")
-        return min(PROGRESS_EVERY_S, left)
+        return min(poll, left)
 
     def finish(self) -> float | None:
         """Once every rank has reported: the moment the last did, with the start-up's seconds
@@ -170,6 +187,9 @@ class _Clock:
     def progress(self, last: str) -> None:
         """A line every PROGRESS_EVERY_S: how long it has run, and the phase it is in."""
         now = time.monotonic()
+        watch = self.startup.watch if self.startup is not None else None
+        if watch is not None and watch.on_view is not None and self.work_from is not None:
+            watch.on_view(watch.view())
         if now < self.next_progress:
             return
         self.next_progress = now + PROGRESS_EVERY_S

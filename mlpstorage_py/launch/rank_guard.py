@@ -18,6 +18,7 @@ import signal
 import socket
 import sys
 
+from mlpstorage_py.launch import rank_progress
 from mlpstorage_py.launch.heartbeat import mark_work, started_line
 
 PR_SET_PDEATHSIG = 1
@@ -48,9 +49,12 @@ def env_rank() -> int:
 def report_started(rank: int | None = None) -> None:
     """One line on stdout: this rank has started (interpreter, imports, MPI). A launcher that is
     gone leaves the pipe without a reader: then the rank ends here instead of working for nobody.
-    The rank's work starts here for an I/O tracer too (heartbeat.mark_work)."""
+    The rank's work starts here for an I/O tracer too (heartbeat.mark_work), and its progress
+    lines (launch/rank_progress.py) from here on."""
     mark_work()
+    rank = env_rank() if rank is None else rank
     try:
-        print(started_line(env_rank() if rank is None else rank, socket.gethostname(), os.getpid()), flush=True)
+        print(started_line(rank, socket.gethostname(), os.getpid()), flush=True)
     except BrokenPipeError:
         os._exit(1)
+    rank_progress.start(rank)

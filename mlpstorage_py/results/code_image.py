@@ -16,6 +16,7 @@ from typing import Iterator
 from mlpstorage_py import __version__
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.results.links import make_dirs, no_links
 from mlpstorage_py.rules.configs import source_root
 
 ALGORITHM = "md5-tree-v2"
@@ -116,9 +117,8 @@ def capture(results_dir: Path, root: Path | None = None) -> tuple[str, Path, boo
     """
     root = root or source_root()
     digest = own_tree_hash() if root == source_root() else tree_hash(root)
-    pool = results_dir / POOL_DIR
-    pool.mkdir(parents=True, exist_ok=True)
-    (pool / POOL_MARKER).touch(exist_ok=True)
+    pool = make_dirs(results_dir, results_dir / POOL_DIR)  # a linked pool: the copy would leave the tree
+    no_links(results_dir, pool / POOL_MARKER).touch(exist_ok=True)
     image = pool / f"code-{digest[:8]}"
     if (image / HASH_FILE).is_file():
         recorded = json.loads((image / HASH_FILE).read_text(encoding="utf-8")).get("hash")

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from mlpstorage_py.errors import UsageError
+from mlpstorage_py.results.links import make_dirs
 
 DATETIME_FORMAT = "%Y%m%d_%H%M%S"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -26,10 +27,11 @@ def workload_dir(results_dir: Path, mode: str, org: str, system: str, tail: Path
     return results_dir / mode / org / "results" / check_name("system name", system) / tail
 
 
-def create_leaf(parent: Path, when: datetime) -> tuple[Path, str]:
+def create_leaf(parent: Path, when: datetime, root: Path) -> tuple[Path, str]:
     """Create a new timestamp directory with mkdir (atomic, exclusive); a name already taken
-    moves to the next second, so an existing leaf is never reused or overwritten."""
-    parent.mkdir(parents=True, exist_ok=True)
+    moves to the next second, so an existing leaf is never reused or overwritten. parent must
+    stay inside the results tree root: a symbolic link on its way is refused (links.make_dirs)."""
+    make_dirs(root, parent)
     for bump in range(MAX_BUMPS):
         stamp = (when + timedelta(seconds=bump)).strftime(DATETIME_FORMAT)
         try:

@@ -65,6 +65,8 @@ def record_default(results_dir: Path, set_default: bool = False) -> str:
 
 
 def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
+    """The sentinel's mapping (None without one). A tree travels between people: its orgname is
+    checked here, where every reader gets it, since it becomes a directory name of the leaves."""
     path = results_dir / SENTINEL
     if not path.is_file():
         return None
@@ -76,6 +78,10 @@ def read_sentinel(results_dir: Path) -> dict[str, Any] | None:
                                  f"{' '.join(str(exc).split())[:200]})") from None
     if not isinstance(data, dict) or "orgname" not in data:
         raise ConfigurationError(f"{path} is not a valid results sentinel (no orgname)")
+    org = data["orgname"]
+    if not isinstance(org, str) or not ORG_PATTERN.fullmatch(org):  # it names a directory of every leaf path
+        raise ConfigurationError(f"{path}: orgname {str(org)[:100]!r} is not an organization name (a letter or "
+                                 f"digit, then [A-Za-z0-9._-]); a tree's sentinel never places a leaf elsewhere")
     return data
 
 

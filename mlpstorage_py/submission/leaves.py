@@ -11,28 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlpstorage_py.results.tree import files
-from mlpstorage_py.results.tree.package import PRIVATE_DIR, Leaf, Package
-from mlpstorage_py.errors import ConfigurationError, UsageError
+from mlpstorage_py.results.tree.package import Leaf, Package
+from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.tree.run_state import EXTRA, OK, state
 from mlpstorage_py.rules.tables import checker
 
 PHASES = {"datasize": 0, "datagen": 1, "run": 2}  # the order a result's leaves are listed in
-
-
-def private_path(root: Path, *parts: str) -> Path:
-    """A path below the tree's .mlps/, refused when any step of it is a symbolic link: the trash,
-    the submissions and their log must never lead out of the tree."""
-    path = root / PRIVATE_DIR
-    steps = [path]
-    for part in parts:
-        for name in Path(part).parts:
-            path = path / name
-            steps.append(path)
-    for step in steps:
-        if step.is_symlink():
-            raise ConfigurationError(f"{step} is a symbolic link; refusing to go through it (it could lead out of the tree)")
-    return path
 
 
 def leaf_id(pkg: Package, leaf: Leaf) -> str:

@@ -20,9 +20,9 @@ from mlpstorage_py.results.tree.package import TIMESTAMP, TRASH_DIR, Leaf, Packa
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
+from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.tree.run_state import EXTRA
-from mlpstorage_py.submission.leaves import (find_leaves, human, image_of, leaf_id, private_path, results,
-                                             size_of)
+from mlpstorage_py.submission.leaves import find_leaves, human, image_of, leaf_id, results, size_of
 
 AGE = re.compile(r"^(\d+)([dhm])$")
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -122,7 +122,7 @@ def _to_trash(root: Path, paths: list[Path], yes: bool, what: str) -> int:
     if not yes:
         print(f"dry run: {len(paths)} {what} would move to {root / TRASH_DIR}/<stamp>/; pass --yes to move them")
         return 0
-    batch, _ = create_leaf(private_path(root, TRASH_DIR.name), datetime.now())
+    batch, _ = create_leaf(private_path(root, TRASH_DIR.name), datetime.now(), root)
     for path in paths:
         target = batch / path.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -33,10 +33,10 @@ from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
 from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE
-from mlpstorage_py.submission.leaves import (human, image_of, leaf_id, placeholders, private_path,
-                                             results)
+from mlpstorage_py.submission.leaves import human, image_of, leaf_id, placeholders, results
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"

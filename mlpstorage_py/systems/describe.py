@@ -20,6 +20,7 @@ import yaml
 from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import ConfigurationError, NotFoundError
 from mlpstorage_py.results.io import atomic_write_text
+from mlpstorage_py.results.links import make_dirs
 from mlpstorage_py.rules.tables import system_description
 from mlpstorage_py.results import host_sidecar
 from mlpstorage_py.results.host_profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
@@ -225,7 +226,6 @@ def unfilled(text: str) -> list[str]:
 
 def write(path: Path, text: str, force: bool) -> None:
     """Create the description; an existing one is replaced only with force (atomically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     if force:
         atomic_write_text(path, text)
         return
@@ -247,6 +247,7 @@ def describe(root: Path, system: str, division: str | None, force: bool) -> None
         records, notes = newest_records(leaves)
         doc = document(system, leaves, records)
         path = root / division / org / "systems" / f"{system}.yaml"
+        make_dirs(root, path.parent)  # a linked systems/ (or org) would take both files out of the tree
         sidecar = host_sidecar.path_for(path)
         text = render(doc, HEADER.format(system=system, runs=len(leaves), mark=PLACEHOLDER, sidecar=sidecar.name))
         write(path, text, force)

@@ -1,0 +1,225 @@
+"""Each rank says what it has done, every few seconds, on the channel that carries its start-up
+line (stdout, which every launcher forwards: no shared filesystem), and the first rank on each
+host says what the host is doing (telemetry/sample.py):
+
+    MLPS-RANK-PROGRESS {"rank": 3, "host": "client-2", "read": 1048576, "written": 0, "units": 12, ...}
+    MLPS-HOST-TELEMETRY {"host": "client-2", "t": ..., "cpu": {...}, "disks": {...}, ...}
+
+Bytes are the characters the rank's processes (it and every process it started: DLIO's reader
+workers) passed to read and write calls (/proc/<pid>/io rchar and wchar), less what this
+reporter itself read from /proc and wrote as its lines: I/O the engine did, from storage or the
+page cache, and nothing else. `units` counts what an engine of ours says it finished (files,
+checkpoint shards, requests, queries). The watcher (launch/watch.py) judges the job by these
+figures: a job that keeps moving bytes or units is never stopped for being slow.
+
+A thread of the rank, so it starts and ends with the rank on every path, on every host; it uses
+the standard library only (a DLIO rank and kv-cache.py's wrapper load it beside their engine).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+from mlpstorage_py.telemetry.sample import Counted, Sampler, read_text
+
+PROGRESS_TAG = "MLPS-RANK-PROGRESS"
+TELEMETRY_TAG = "MLPS-HOST-TELEMETRY"
+PROGRESS_ENV = "MLPSTORAGE_PROGRESS_S"    # seconds between a rank's progress lines (mlpstorage sets it)
+TELEMETRY_ENV = "MLPSTORAGE_TELEMETRY_S"  # seconds between a host's telemetry samples; 0: none
+DEFAULT_PROGRESS_S = 2.0
+LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+                        "SLURM_LOCALID")
+
+
+def local_rank() -> int:
+    """This rank's number on its host, from the launcher's environment (0 where none says)."""
+    for name in LOCAL_RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        found += [int(c) for c in read_text(f"/proc/{pid}/task/{tid}/children").split()]
+    return found
+
+
+def _io(pid: int) -> tuple[int, int] | None:
+    fields = dict(line.split(": ", 1) for line in read_text(f"/proc/{pid}/io").splitlines() if ": " in line)
+    try:
+        return int(fields["rchar"]), int(fields["wchar"])
+    except (KeyError, ValueError):
+        return None
+
+
+class Reporter:
+    """One rank's reporter thread: progress lines every `every_s`, and telemetry every
+    `telemetry_s` on the host's first rank."""
+
+    def __init__(self, rank: int, every_s: float, telemetry_s: float) -> None:
+        self.rank, self.every_s, self.telemetry_s = rank, every_s, telemetry_s
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.units, self.unit, self.phase, self.paused = 0, "", "", False
+        self.extra_read = self.extra_written = 0
+        self.seen: dict[int, tuple[int, int]] = {}  # pid -> its last rchar, wchar (a process gone keeps its share)
+        self.written = 0  # bytes of our own lines (in wchar)
+        self.done = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sampler = Sampler() if telemetry_s > 0 and local_rank() == 0 else None
+        self._thread = threading.Thread(target=self._run, name="mlps-progress", daemon=True)
+
+    def add(self, units: int = 1, unit: str | None = None, *, read: int = 0, written: int = 0) -> None:
+        """An engine of ours finished `units` more (files, shards, requests, queries), and moved
+        bytes that /proc/<pid>/io does not count (a socket's: object storage, a database)."""
+        with self._lock:
+            self.units += units
+            self.extra_read += read
+            self.extra_written += written
+            if unit:
+                self.unit = unit
+
+    @contextlib.contextmanager
+    def pausing(self) -> Iterator[None]:
+        """A pause the workload asks for (time between checkpoints): the rank's lines say so, and
+        the watcher counts them as progress, so a planned wait is never taken for a stall."""
+        self.paused = True
+        try:
+            yield
+        finally:
+            self.paused = False
+
+    def set_phase(self, phase: str) -> None:
+        """The phase the rank is in now (write, read, ...), carried on its lines."""
+        self.phase = phase
+
+    def io(self) -> tuple[int, int]:
+        """Bytes the rank's processes read and wrote, less this reporter's own."""
+        pids, todo = set(), [self.pid]
+        while todo:
+            pid = todo.pop()
+            if pid not in pids:
+                pids.add(pid)
+                todo += _children(pid)
+        for pid in pids:
+            now = _io(pid)
+            if now is not None:
+                self.seen[pid] = (max(now[0], self.seen.get(pid, (0, 0))[0]), max(now[1], self.seen.get(pid, (0, 0))[1]))
+        read = sum(r for r, _ in self.seen.values()) - Counted.read + self.extra_read
+        return max(0, read), max(0, sum(w for _, w in self.seen.values()) - self.written + self.extra_written)
+
+    def line(self) -> dict[str, Any]:
+        read, written = self.io()
+        with self._lock:
+            return {"rank": self.rank, "host": self.host, "pid": self.pid, "read": read, "written": written,
+                    "units": self.units, "unit": self.unit, "phase": self.phase, "done": self.done,
+                    "paused": self.paused}
+
+    def _emit(self, tag: str, record: dict[str, Any]) -> None:
+        data = f"{tag} {json.dumps(record, separators=(',', ':'))}\n".encode()
+        try:  # one write: a whole line, never split by the engine's own buffered output
+            os.write(1, data)
+        except OSError:  # the launcher is gone; the rank's own teardown follows
+            self._stop.set()
+            return
+        self.written += len(data)
+
+    def _run(self) -> None:
+        next_progress = time.monotonic()
+        next_sample = next_progress + self.telemetry_s  # the first sample's interval starts with the Sampler
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_progress:
+                self._emit(PROGRESS_TAG, self.line())
+                next_progress = now + self.every_s
+            if self._sampler is not None and now >= next_sample:
+                self._emit(TELEMETRY_TAG, {"host": self.host, **self._sampler.sample()})
+                next_sample = now + self.telemetry_s
+            due = next_progress if self._sampler is None else min(next_progress, next_sample)
+            self._stop.wait(max(0.01, due - time.monotonic()))
+
+    def start(self) -> "Reporter":
+        self._thread.start()
+        atexit.register(self.finish)
+        return self
+
+    def finish(self) -> None:
+        """The rank's share is done: a last line that says so (and a last telemetry sample), once."""
+        if self.done:
+            return
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.done = True
+        self._emit(PROGRESS_TAG, self.line())
+        if self._sampler is not None:
+            self._emit(TELEMETRY_TAG, {"host": self.host, **self._sampler.sample()})
+
+
+_REPORTER: Reporter | None = None
+
+
+def start(rank: int) -> Reporter:
+    """This rank's reporter, started once (every rank program calls it as it reports its start)."""
+    global _REPORTER
+    if _REPORTER is None:
+        every = _seconds(PROGRESS_ENV, DEFAULT_PROGRESS_S) or DEFAULT_PROGRESS_S
+        _REPORTER = Reporter(rank, every, _seconds(TELEMETRY_ENV, 0.0)).start()
+    return _REPORTER
+
+
+def current() -> Reporter | None:
+    """The rank's reporter, where one was started in this process: engines count their units
+    through it (None in a process forked from the rank: see count)."""
+    return _REPORTER if _REPORTER is not None and _REPORTER.pid == os.getpid() else None
+
+
+class _Forked:
+    """What a process forked from a rank (a DLIO reader worker) has counted, and when it last said so."""
+
+    read = written = units = 0
+    said = 0.0
+
+
+def count(units: int = 0, unit: str | None = None, *, read: int = 0, written: int = 0) -> None:
+    """Work an engine of ours did that /proc/<pid>/io does not see (socket I/O, units): added to
+    the rank's reporter in the rank's process; in a process forked from it, sent as that
+    process's own progress line (its pid, the rank's number) every few seconds, which the
+    watcher adds to the rank's."""
+    reporter = current()
+    if reporter is not None:
+        reporter.add(units, unit, read=read, written=written)
+        return
+    if _REPORTER is None:  # not a rank of ours
+        return
+    _Forked.read, _Forked.written, _Forked.units = _Forked.read + read, _Forked.written + written, _Forked.units + units
+    now = time.monotonic()
+    if now - _Forked.said >= _REPORTER.every_s:
+        _Forked.said = now
+        record = {"rank": _REPORTER.rank, "host": _REPORTER.host, "pid": os.getpid(), "read": _Forked.read,
+                  "written": _Forked.written, "units": _Forked.units, "unit": unit or "", "worker": True}
+        try:
+            os.write(1, f"{PROGRESS_TAG} {json.dumps(record, separators=(',', ':'))}\n".encode())
+        except OSError:
+            pass
