@@ -17,19 +17,23 @@ from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine
 from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
-from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, missing_directory
+from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, Refused, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
-from mlpstorage_py.results.io import read_json, utc_now, write_json
+from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.results.logs import log
-from mlpstorage_py.results.tree import layout
+from mlpstorage_py.results.tree import layout, untrusted
+from mlpstorage_py.results.tree.values import dig
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 
 GIB = 1024 ** 3
 LEAF_MANIFEST = "datagen-manifest.json"
+# The most training files datagen takes from a datasize leaf: far beyond what Rules 3.1.2 asks
+# of any real cluster; the datagen gate then checks the disk has room for the count.
+MAX_TRAIN_FILES = 10 ** 11
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,27 @@ def sizing(parameters: dict[str, Any], accelerators: int, hosts: int, memory_gb:
         memory_multiplier=int(rules["training_host_memory_multiplier"]),
         max_files_per_subfolder=int(_tool_defaults()["max_files_per_subfolder"]),
     )
+
+
+def _sibling_metadata(path: Path) -> dict[str, Any]:
+    """Another leaf's metadata, or {} (with a warning) when it is not a readable JSON object:
+    the tree is data, and a leaf that cannot be read is one this run does not build on."""
+    try:
+        meta = untrusted.read_record(path)
+    except (OSError, ValueError) as exc:
+        log.warning(f"skipping {untrusted.shown(path)}: {untrusted.shown(exc)}")
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _recorded_count(path: Path, meta: dict[str, Any], name: str, least: int, most: int) -> int:
+    """A count datagen takes from a datasize leaf: a whole number from `least` to `most`, else
+    refused in one line naming the leaf and the field (it sizes what is written to disk)."""
+    value = dig(meta, "parameters", "dataset", name)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise Refused(f"datasize leaf {untrusted.shown(path.parent)}: parameters.dataset.{name} is "
+                      f"{untrusted.shown(repr(value))[:60]}, not a whole number from {least} to {most:,}")
+    return value
 
 
 class TrainingBenchmark(Benchmark):
@@ -222,14 +247,13 @@ class TrainingBenchmark(Benchmark):
         """Generate what datasize asked for unless the user says otherwise (Rules 3.2.1)."""
         if "dataset.num_files_train" in overrides or self.workload_dir is None:
             return
-        sized = sorted((self.workload_dir.parent / "datasize").glob("*/training_*_metadata.json"))
-        for path in reversed(sized):
-            meta = read_json(path)
+        for path in reversed(untrusted.leaf_records(self.workload_dir.parent / "datasize", "training_*_metadata.json")):
+            meta = _sibling_metadata(path)
             if meta.get("exit_status") == 0:
-                dataset = meta["parameters"]["dataset"]
-                parameters["dataset"]["num_files_train"] = dataset["num_files_train"]
-                parameters["dataset"]["num_subfolders_train"] = dataset["num_subfolders_train"]
-                log.info(f"dataset size from datasize leaf {path.parent.name}: {dataset['num_files_train']:,} files")
+                files = _recorded_count(path, meta, "num_files_train", 1, MAX_TRAIN_FILES)
+                subfolders = _recorded_count(path, meta, "num_subfolders_train", 0, files)
+                parameters["dataset"].update(num_files_train=files, num_subfolders_train=subfolders)
+                log.info(f"dataset size from datasize leaf {path.parent.name}: {files:,} files")
                 return
         log.warning("no datasize leaf for this workload; generating the configuration's default "
                     f"{parameters['dataset']['num_files_train']:,} files (run datasize first for a valid submission)")
@@ -438,8 +462,8 @@ class TrainingBenchmark(Benchmark):
     def _report_result_progress(self, leaf: Path) -> None:
         """A CLOSED result is runs_per_result runs (Rules 2.1.17: 1 warm-up + 5); say where we are."""
         needed = checker()["runs_per_result"]["training"]
-        done = 1 + sum(1 for meta in leaf.parent.glob("*/training_*_metadata.json")
-                       if meta.parent != leaf and read_json(meta).get("exit_status") == 0)
+        done = 1 + sum(1 for meta in untrusted.leaf_records(leaf.parent, "training_*_metadata.json")
+                       if meta.parent != leaf and _sibling_metadata(meta).get("exit_status") == 0)
         print(f"CLOSED result: {done} of {needed} successful runs in {leaf.parent} (the earliest is the warm-up)")
 
     def _write_manifest(self, plan: Plan, leaf: Path) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from typing import Any
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.results import libraries
-from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
+from mlpstorage_py.results.io import iso_from_epoch, write_json
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.tree import untrusted
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
 
@@ -70,9 +71,9 @@ def layout(args: dict[str, Any], processes: int) -> tuple[Any, int] | None:
 
 
 def rank_command(opts: Any, processes: int) -> list[str]:
-    from mlpstorage_py.launch.mpi import LEAF, mpi_command
+    from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, mpi_command
 
-    return mpi_command(opts, processes, [sys.executable, "-m", "mlpstorage_py.vectordb.rank", f"{LEAF}/{SPEC_FILE}"])
+    return mpi_command(opts, processes, [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.vectordb.rank", f"{LEAF}/{SPEC_FILE}"])
 
 
 def busy_seconds(run: dict[str, Any], processes: int) -> float:
@@ -300,8 +301,8 @@ class QueryRun:
               f"recall@{k} {summary['recall']:.4f} ({ef or 'exact'}, {rstats['num_queries_evaluated']} queries evaluated)")
         if self.request.mode == "closed":
             needed = checker()["runs_per_result"]["vector_database"]
-            done = 1 + sum(1 for meta in self.leaf.parent.glob("*/vector_database_*_metadata.json")
-                           if meta.parent != self.leaf and read_json(meta).get("exit_status") == 0)
+            done = 1 + sum(1 for meta in untrusted.leaf_records(self.leaf.parent, "vector_database_*_metadata.json")
+                           if meta.parent != self.leaf and _succeeded(meta))
             print(f"CLOSED result: {done} of {needed} successful runs in {self.leaf.parent} (Rules 5.3.1)")
 
     def datagen_leaf(self, ds: dict[str, Any], index_type: str) -> str | None:
@@ -309,17 +310,28 @@ class QueryRun:
         bench = self.bench
         if bench.workload_dir is None:
             return None
-        for summary in sorted((bench.workload_dir.parent / "datagen").glob("*/summary.json"), reverse=True):
+        for summary in reversed(untrusted.leaf_records(bench.workload_dir.parent / "datagen", "summary.json")):
             try:
-                data = read_json(summary)
+                data = untrusted.read_record(summary)
             except (OSError, ValueError):
                 continue
-            if data.get("collection_name") != ds["collection_name"]:
+            if not isinstance(data, dict) or data.get("collection_name") != ds["collection_name"]:
                 continue
             if data.get("dimension") != ds["dimension"] or data.get("index_type") != index_type:
-                raise GateRefused(f"datagen leaf {summary.parent} recorded {data.get('dimension')} dims / "
-                                  f"{data.get('index_type')}; the run asks for {ds['dimension']} / {index_type} (Rules 5.1.2)")
+                dims, index = untrusted.shown(data.get("dimension")), untrusted.shown(data.get("index_type"))
+                raise GateRefused(f"datagen leaf {summary.parent} recorded {dims} dims / {index}; "
+                                  f"the run asks for {ds['dimension']} / {index_type} (Rules 5.1.2)")
             return str(summary.parent.relative_to(bench.results_dir)) if bench.results_dir else str(summary.parent)
         log.warning(f"no datagen leaf for collection {ds['collection_name']} in this results tree; the checker "
                     "compares a run with its datagen leaf (Rules 5.1.2, 5.2.1)")
         return None
+
+
+def _succeeded(meta: Path) -> bool:
+    """Whether a sibling leaf's metadata records exit status 0; one that is not a readable
+    regular JSON file (a link, a FIFO) counts as not."""
+    try:
+        data = untrusted.read_record(meta)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("exit_status") == 0

@@ -13,6 +13,7 @@ from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
 from mlpstorage_py.results.tree import shares
 from mlpstorage_py.results.tree.package import Package
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, Rule
 from mlpstorage_py.rules.tables import rule_index
 
@@ -88,7 +89,7 @@ def findings_text(pkg: Package, findings: list[Finding]) -> str:
     invalid = sum(f.severity == INVALID for f in findings)
     lines.append(f"validated {pkg.root}: {len(pkg.result_names)} results, {len(pkg.leaves)} leaves, {len(RULES)} rules; "
                  f"{invalid} invalid, {len(findings) - invalid} warnings/information")
-    return "\n".join(lines)
+    return "\n".join(map(shown, lines))  # names and messages quote the package: never sent raw to a terminal
 
 
 def findings_json(pkg: Package, findings: list[Finding]) -> str:

@@ -61,10 +61,11 @@ def code_pointer(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 @CODE_IMAGES.check(PACKAGE)
 def code_images(r: Rule, pkg: Package) -> Iterable[Finding]:
-    """Each pool image re-hashes to the hash it records."""
+    """Each pool image re-hashes to the hash it records. A linked pool or image is not one
+    (Package.image_dirs): rule 1.1 reports the link, and nothing outside the package is hashed."""
     for image in pkg.image_dirs():
         stamp_path = image / code_image.HASH_FILE
-        if not stamp_path.is_file():
+        if files.kind_of(stamp_path) not in (files.FILE, files.LINK):  # a linked stamp: unreadable, below
             yield r.invalid(image, f"no {code_image.HASH_FILE}")
             continue
         stamp = files.json_or_unreadable(stamp_path)
@@ -81,7 +82,7 @@ def code_images(r: Rule, pkg: Package) -> Iterable[Finding]:
         if actual != recorded:
             # What is known is that the files present do not re-hash to the recorded tree: some
             # of it is missing (a partial copy) or altered; which one the pool cannot tell.
-            count = sum(1 for path in image.rglob("*") if path.is_file() and path.name != code_image.HASH_FILE)
+            count = sum(1 for path in image.rglob("*") if files.real_file(path) and path.name != code_image.HASH_FILE)
             yield r.invalid(image, f"the {count} file(s) present re-hash to {actual}, not the recorded {recorded}: "
                                    "the captured source tree is incomplete or altered")
 

@@ -57,6 +57,7 @@ def runs_list_arguments(p: argparse.ArgumentParser) -> None:
 def runs_list(args: Args) -> int:
     import json
 
+    from mlpstorage_py.results.tree.untrusted import shown
     from mlpstorage_py.submission.leaves import human
     from mlpstorage_py.submission.runs import listing
 
@@ -66,7 +67,7 @@ def runs_list(args: Args) -> int:
         return 0
     for e in entries:
         image = e["code_image"] + ("" if e["code_image_dir"] or e["code_image"] == "none" else " (not in the pool)")
-        print(f"{e['state']:<10} {human(e['size']):>10}  {image:<26} {e['id']}")
+        print(shown(f"{e['state']:<10} {human(e['size']):>10}  {image:<26} {e['id']}"))
     print(f"{len(entries)} leaves, {human(sum(e['size'] for e in entries))}")
     return 0
 
@@ -76,11 +77,12 @@ def runs_show_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def runs_show(args: Args) -> int:
+    from mlpstorage_py.results.tree.untrusted import shown
     from mlpstorage_py.submission.runs import facts
 
     for key, value in facts(tree(args), args["id"]).items():
-        if value not in (None, ""):
-            print(f"{key + ':':<16}{value}")
+        if value not in (None, ""):  # the failure and the command are the leaf's: shown, never obeyed
+            print(f"{key + ':':<16}{shown(value)}")
     return 0
 
 

@@ -28,6 +28,7 @@ from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Find
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.tree import package as tree
 from mlpstorage_py.results.tree.package import Package
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.submission.leaves import Result, leaf_id, path_id, placeholders, result_of
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
@@ -122,9 +123,9 @@ def rows(pkg: Package, findings: list[Finding], readings: list[dict[str, Any]]) 
 
 def text(table: list[dict[str, Any]], runs: bool) -> str:
     header = ("DIVISION", "ORG", "SYSTEM", "BENCHMARK", "MODEL", "RUNS", "INVALID", "WARNING", "PAPERWORK", "VERDICT")
-    lines = [(r["division"], r["organization"], r["system"], r["benchmark"], r["model"],
-              f"{r['runs_present']}/{r['runs_required']}", str(r["invalid"]), str(r["warnings"]),
-              str(len(r["paperwork"])) if r["paperwork"] else "-", r["verdict"]) for r in table]
+    lines = [tuple(map(shown, (r["division"], r["organization"], r["system"], r["benchmark"], r["model"],
+                               f"{r['runs_present']}/{r['runs_required']}", str(r["invalid"]), str(r["warnings"]),
+                               str(len(r["paperwork"])) if r["paperwork"] else "-", r["verdict"]))) for r in table]
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
     said = set()
@@ -141,5 +142,5 @@ def text(table: list[dict[str, Any]], runs: bool) -> str:
                    for leaf in r["leaves"])
     if not table:
         out.append("no results in this tree")
-    return "\n".join(out)
+    return "\n".join(map(shown, out))
 

@@ -438,7 +438,6 @@ class Package:
     _images: dict = field(default_factory=dict, repr=False)
     _editions: dict = field(default_factory=dict, repr=False)
     _descriptions: dict = field(default_factory=dict, repr=False)
-    _resolved: dict[str, Path] = field(default_factory=dict, repr=False)
     # What checks of a smaller scope leave for a package check of the same rule (Rule.note):
     # rule number -> items, in the order the systems were walked.
     notes: dict[str, list] = field(default_factory=dict, repr=False)
@@ -515,20 +514,16 @@ class Package:
             probe = parent if parent != probe else ""
         return found
 
-    def resolved(self, path: str) -> Path:
-        """A directory a run recorded, resolved on this host (a system call per part), once per
-        reading: the runs of a package share a few."""
-        found = self._resolved.get(path)
-        if found is None:
-            found = self._resolved[path] = Path(path).resolve()
-        return found
-
     def image_dirs(self) -> list[Path]:
-        """Every code-<hash8> directory: the tree-level pool and per-organization pools."""
-        pools = [self.root / code_image.POOL_DIR]
-        pools += [p for p in self.root.iterdir() if p.is_dir() and (p / code_image.POOL_MARKER).is_file()
-                  and p.name not in (code_image.POOL_DIR, PRIVATE_DIR)]
-        return [d for pool in pools if pool.is_dir() for d in sorted(pool.glob("code-*")) if d.is_dir()]
+        """Every code-<hash8> directory: the tree-level pool, then the per-organization pools.
+        A linked pool or image is skipped, never hashed outside the package (rule 1.1 reports
+        the link)."""
+        pools = [files.child(self.root, name) for name, kind in files.names(self.root).items() if kind == files.DIR
+                 and name != PRIVATE_DIR and (name == code_image.POOL_DIR
+                                              or files.real_file(self.root / name / code_image.POOL_MARKER))]
+        pools.sort(key=lambda pool: pool.name != code_image.POOL_DIR)
+        return [files.child(pool, name) for pool in pools for name, kind in files.names(pool).items()
+                if kind == files.DIR and name.startswith("code-")]
 
     def resolve_image(self, leaf: Leaf, digest: str) -> Path | None:
         """A pointer resolves against code-images/ first, then the leaf's organization pool
