@@ -139,6 +139,18 @@ def report_started(rank: int, kv_cache: str) -> None:
         print(f"{STARTED_TAG} " + json.dumps({"rank": rank, "host": socket.gethostname(), "pid": os.getpid()}), flush=True)
     except BrokenPipeError:
         os._exit(1)
+    start_progress(rank)
+
+
+def start_progress(rank: int) -> None:
+    """The rank's progress lines and its host's telemetry (mlpstorage's reporter, beside this
+    directory, standard library only), every few seconds from here on: the bytes kv-cache.py
+    reads and writes in this process are the rank's progress."""
+    if str(HERE.parent) not in sys.path:
+        sys.path.append(str(HERE.parent))
+    from mlpstorage_py.launch import rank_progress
+
+    rank_progress.start(rank)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,10 +167,20 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = command[1:]
     try:
         runpy.run_path(command[1], run_name="__main__")
+        finish_progress()
     finally:
         if args.libraries:
             report_libraries(args.libraries, rank)
     return 0
+
+
+def finish_progress() -> None:
+    """kv-cache.py is done with this rank's share: its last progress line says so."""
+    from mlpstorage_py.launch import rank_progress
+
+    reporter = rank_progress.current()
+    if reporter is not None:
+        reporter.finish()
 
 
 def report_libraries(directory: str, rank: int) -> None:

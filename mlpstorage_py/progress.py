@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 PLAIN_EVERY_S = 10.0
+_OPEN: list["Progress"] = []  # the phases shown now, innermost last (one live display at a time)
+
+
+def active() -> "Progress | None":
+    """The innermost phase being shown now, if any: a job inside it shows its rates there."""
+    return _OPEN[-1] if _OPEN else None
 
 
 def _console(stream: TextIO) -> Any:
@@ -46,6 +52,7 @@ class Progress:
         self.lines = 0
         self._lock = threading.Lock()
         self._bar: Any = None
+        _OPEN.append(self)
         console = console if console is not None else (_console(self.stream) if _is_tty(self.stream) else None)
         if console is not None and console.is_terminal:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn,
@@ -99,6 +106,8 @@ class Progress:
         self.last_line, self.lines = self.clock(), self.lines + 1
 
     def close(self) -> None:
+        if self in _OPEN:
+            _OPEN.remove(self)
         with self._lock:
             if self._bar is not None:
                 self._bar.update(self._task, completed=self.done)

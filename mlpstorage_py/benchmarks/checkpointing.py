@@ -26,7 +26,7 @@ from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results import libraries
 from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
-from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, fill, mpi_command
+from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import checker
@@ -81,7 +81,7 @@ class CheckpointingBenchmark(Benchmark):
         plan.engine_parameters = {"engine": ENGINE, "checkpoint_bytes": layout.total_bytes,
                                   "checkpoint_size_GB": layout.total_gib,
                                   "bytes_per_rank": [layout.rank_bytes(r) for r in range(processes)]}
-        program = [sys.executable, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
+        program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
                    "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
                    "--num-write", str(writes), "--num-read", str(reads), "--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
         if req.arg("o_direct"):

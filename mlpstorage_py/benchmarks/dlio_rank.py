@@ -45,6 +45,7 @@ from importlib import util
 from typing import Any
 
 from mlpstorage_py.launch import rank_temp
+from mlpstorage_py.launch import rank_progress
 from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
 
 _NODE_COMM: Any = None
@@ -207,6 +208,9 @@ def _finish(opts: argparse.Namespace, rank: int, own: str | None, ok: bool) -> N
     """What a rank does once DLIO is done: its temporary directory removed (its workers have
     ended or been stopped), its libraries recorded always, the writer on success."""
     rank_temp.remove(own)
+    reporter = rank_progress.current()
+    if ok and reporter is not None:  # its share is done: it waits for the others from here
+        reporter.finish()
     if opts.libraries:
         from mlpstorage_py.results import libraries
 

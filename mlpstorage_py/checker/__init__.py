@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from mlpstorage_py.checker import runner, workers
-from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing
+from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing, rules_telemetry
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
@@ -20,7 +20,7 @@ from mlpstorage_py.rules.tables import rule_index
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).
 RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing,
                 rules_checkpointing_run, rules_vdb, rules_vdb_backends, rules_kvcache, rules_kvcache_workload,
-                rules_kvcache_aggregate, rules_kvcache_storage)
+                rules_kvcache_aggregate, rules_kvcache_storage, rules_telemetry)
 
 
 def validate(root: Path, submitters: set[str] | None = None,

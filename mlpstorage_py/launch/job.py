@@ -25,7 +25,7 @@ from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import fill
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.launch.watch import TELEMETRY_DIR, record_bottleneck
-from mlpstorage_py.progress import Progress
+from mlpstorage_py import progress
 from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
 
@@ -84,11 +84,14 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
         log.info(f"{job.label} start-up allowance: {job.startup.allowance_s:.0f} s for {job.startup.ranks} rank(s); "
                  f"work deadline: {job.deadline_s:.0f} s from then")
     watch = job.startup.watch if job.startup is not None else None
-    view: ContextManager[Any] = job.progress or (Progress(job.label) if watch is not None else contextlib.nullcontext())
+    outer = progress.active()  # a phase already shown (kvcache's trials): the job's rates go there
+    view: ContextManager[Any] = job.progress or (progress.Progress(job.label) if watch is not None and outer is None
+                                                 else contextlib.nullcontext())
     with view as bar, watch.reporting_env() if watch is not None else contextlib.nullcontext():
+        shown = bar if isinstance(bar, progress.Progress) else outer
         if watch is not None:
             watch.telemetry_dir = leaf / TELEMETRY_DIR if watch.telemetry_s > 0 else None
-            watch.on_view = bar.set_note if isinstance(bar, Progress) else None
+            watch.on_view = shown.set_note if shown is not None else None
         started, begun = time.monotonic(), time.time()
         try:
             code = run_logged(argv, stdout_path=job.stdout, stderr_path=job.stderr, cwd=scratch, label=job.label,
@@ -100,6 +103,8 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
                          f"{shm_orphans.SHM_DIR}")
             if watch is not None:
                 watch.close()
+                if shown is not None and shown is outer:
+                    shown.set_note("")
                 for record in record_bottleneck(watch, leaf, job.label, begun, time.time()):
                     log.info(f"{job.label}: bottleneck of {record['phase']}: {record['summary']}")
         wall = time.monotonic() - started

@@ -79,10 +79,14 @@ class S3dlioStorage(DataStorage):
         return True
 
     def put_data(self, id: str, data: Any, offset: int | None = None, length: int | None = None) -> None:  # noqa: A002
-        s3dlio.put_bytes(self.get_uri(id), data.encode() if isinstance(data, str) else data)
+        body = data.encode() if isinstance(data, str) else data
+        s3dlio.put_bytes(self.get_uri(id), body)
+        rank_progress.count(1, "objects", written=len(body))  # socket I/O: /proc/<pid>/io does not see it
 
     def get_data(self, id: str, data: Any = None, offset: int | None = None, length: int | None = None) -> bytes:  # noqa: A002
-        return s3dlio.get(self.get_uri(id)).to_bytes()
+        body = s3dlio.get(self.get_uri(id)).to_bytes()
+        rank_progress.count(1, "objects", read=len(body))
+        return body
 
     def get_basename(self, id: str) -> str:  # noqa: A002
         return os.path.basename(id)
@@ -138,7 +142,9 @@ class S3dlioReader(FormatReader):
 
     def open(self, filename: str) -> np.ndarray:
         super().open(filename)
-        data = io.BytesIO(s3dlio.get(object_uri(filename)).memoryview())
+        body = s3dlio.get(object_uri(filename)).memoryview()
+        rank_progress.count(1, "objects", read=len(body))  # in a reader worker: sent as the worker's own line
+        data = io.BytesIO(body)
         return np.load(data)["x"] if self._npz else np.asarray(Image.open(data))
 
     def close(self, filename: str) -> None:

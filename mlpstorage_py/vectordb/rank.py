@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.launch import rank_progress
 from mlpstorage_py.results import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
@@ -89,6 +90,7 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
         for q, found in zip(rows, result):
             hits.setdefault(str(q), [int(h["id"]) for h in found])
         done += count
+        rank_progress.count(count, "queries")  # a database's socket I/O: /proc/<pid>/io does not see it
         if done >= next_report:
             print(f"rank {rank}: {done:,} queries", flush=True)
             next_report = (done // spec["report_count"] + 1) * spec["report_count"]
