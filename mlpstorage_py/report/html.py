@@ -19,7 +19,7 @@ from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.progress import Progress
-from mlpstorage_py.report import plots, trace_figures
+from mlpstorage_py.report import plots, telemetry_figures, trace_figures
 from mlpstorage_py.report.markup import chart as _chart, pairs as _pairs
 from mlpstorage_py.results.io import atomic_write_text
 
@@ -37,6 +37,7 @@ th, .summary td:nth-child(n+2) { white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .INVALID { color: #b00020; font-weight: bold; } .WARNING { color: #a05a00; } .valid { color: #1b7f3b; font-weight: bold; }
 figure.chart { margin: .5em 0 1em; } figure.chart svg { width: 760px; height: auto; max-width: 100%; }
+figure.telemetry svg { width: 100%; }
 .note { color: #666; font-size: .9em; } code { font-size: .95em; }
 """
 
@@ -100,12 +101,14 @@ def _section(pkg: Package, index: int, workload: Path, leaves: list[Leaf], findi
     meta = [("division", first.division), ("organization", first.org), ("system", first.system),
             ("benchmark", first.benchmark), ("model", first.model), ("Public ID", (table or {}).get("public_id")),
             ("runs", [l.path.name for l in runs])]
-    traced, traced_drawn = trace_figures.section(sorted(leaves, key=lambda l: l.path.name), f"r{index}")
-    drawn = sum(c.drawable() for c in charts) + traced_drawn
+    ordered = sorted(leaves, key=lambda l: l.path.name)
+    traced, traced_drawn = trace_figures.section(ordered, f"r{index}")
+    telemetry, telemetry_drawn = telemetry_figures.section(ordered, f"r{index}")
+    drawn = sum(c.drawable() for c in charts) + traced_drawn + telemetry_drawn
     html = (f'<section class="result" id="r{index}" data-result="{escape(rel)}"><h2>{_path(rel)} '
             f'<span class="{verdict}">{verdict}</span></h2>{_pairs(meta, "meta", "tree")}'
             f"<h3>Figures (results.json)</h3>{table_html}"
-            f"<h3>Pictures</h3>{''.join(_chart(c, f'r{index}-{c.key}') for c in charts) or NO_PICTURES}{traced}"
+            f"<h3>Pictures</h3>{''.join(_chart(c, f'r{index}-{c.key}') for c in charts) or NO_PICTURES}{telemetry}{traced}"
             f"<h3>Validation findings</h3>{_findings(pkg, findings)}</section>")
     return html, drawn
 
