@@ -45,10 +45,17 @@ def test_the_kv_wrapper_prints_the_launchers_line():
 
 
 def test_a_rank_prints_its_report_with_rank_host_and_pid(capfd, monkeypatch):
+    """The start-up line, then the rank's progress reporter is started for that rank (here a
+    stand-in: a real one would report this test process's I/O for the rest of the session)."""
+    from mlpstorage_py.launch import rank_progress
+
+    started: list[int] = []
+    monkeypatch.setattr(rank_progress, "start", started.append)
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "5")
     rank_guard.report_started()
     report = heartbeat.parse(capfd.readouterr().out.strip())
     assert report["rank"] == 5 and report["host"] and report["pid"] > 0
+    assert started == [5]
 
 
 def test_work_deadline_counts_from_the_last_report_not_from_the_launch(tmp_path):
