@@ -122,11 +122,13 @@ class Reporter:
             if pid not in pids:
                 pids.add(pid)
                 todo += _children(pid)
-        for pid in pids:
+        own = 0
+        for pid in sorted(pids - {self.pid}) + [self.pid]:  # this process last: its rchar then holds
+            own = Counted.read                              # every read of ours but the one that reads it
             now = _io(pid)
             if now is not None:
                 self.seen[pid] = (max(now[0], self.seen.get(pid, (0, 0))[0]), max(now[1], self.seen.get(pid, (0, 0))[1]))
-        read = sum(r for r, _ in self.seen.values()) - Counted.read + self.extra_read
+        read = sum(r for r, _ in self.seen.values()) - own + self.extra_read
         return max(0, read), max(0, sum(w for _, w in self.seen.values()) - self.written + self.extra_written)
 
     def line(self) -> dict[str, Any]:
