@@ -17,6 +17,7 @@ from typing import Any
 from mlpstorage_py.benchmarks import tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
+from mlpstorage_py.launch.deadline import reporting
 from mlpstorage_py.launch import hostinfo, mpi, preflight
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image, fs_probe, provenance
@@ -63,7 +64,7 @@ def run(bench: Benchmark) -> int:
         req.args["results_dir"] = str(results_dir)  # the metadata records where results went (Rules 3.4.1, 4.4.1)
         bench.results_dir = results_dir
         bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
-    with tracing.prepared(bench) if not plan_only else contextlib.nullcontext():
+    with tracing.prepared(bench) if not plan_only else contextlib.nullcontext(), reporting(req.args):
         plan = bench.plan()
         locked = plan.data_dir if not plan_only and req.command == "datagen" and req.storage == "file" else None
         with datalock.held(locked):

@@ -3,11 +3,13 @@ deadline from then, derived from the work unless the user gives --deadline (conf
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Sequence
 
 import yaml
 
+from mlpstorage_py.launch import heartbeat, rank_progress
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, placement
 from mlpstorage_py.rules.configs import source_root
@@ -54,6 +56,14 @@ def telemetry_interval(args: dict[str, Any]) -> float:
     """Seconds between each client host's telemetry samples; 0: none."""
     value = args.get("telemetry_interval")
     return float(settings()["telemetry_s"] if value is None else value)
+
+
+def reporting(args: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """The ranks' reporter settings (launch/rank_progress.py) in the environment for the block:
+    entered before a benchmark plans its commands, so the launcher forwards them to every rank
+    on every host by name."""
+    return heartbeat.exported({rank_progress.PROGRESS_ENV: f"{settings()['progress_s']:g}",
+                               rank_progress.TELEMETRY_ENV: f"{telemetry_interval(args):g}"})
 
 
 def startup(args: dict[str, Any], placement: Sequence[str], *, unit_bytes: float = 0.0) -> Startup:

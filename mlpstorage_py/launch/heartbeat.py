@@ -42,18 +42,25 @@ def new_mark() -> int:
 
 
 @contextlib.contextmanager
-def marked(mark: int) -> Iterator[None]:
-    """The work mark in this process's environment for the block (what it starts inherits it),
-    what was there before restored after."""
-    before = os.environ.get(WORK_MARK_ENV)
-    os.environ[WORK_MARK_ENV] = str(mark)
+def exported(values: dict[str, str]) -> Iterator[None]:
+    """These variables in this process's environment for the block (what it starts inherits
+    them; MLPSTORAGE_ ones reach every rank on every host by name once a command line is built
+    inside it), what was there before restored after."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(WORK_MARK_ENV, None)
-        else:
-            os.environ[WORK_MARK_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def marked(mark: int) -> contextlib.AbstractContextManager[None]:
+    """The work mark in this process's environment for the block."""
+    return exported({WORK_MARK_ENV: str(mark)})
 
 
 def mark_work() -> None:

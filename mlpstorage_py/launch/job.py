@@ -87,7 +87,7 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
     outer = progress.active()  # a phase already shown (kvcache's trials): the job's rates go there
     view: ContextManager[Any] = job.progress or (progress.Progress(job.label) if watch is not None and outer is None
                                                  else contextlib.nullcontext())
-    with view as bar, watch.reporting_env() if watch is not None else contextlib.nullcontext():
+    with view as bar:
         shown = bar if isinstance(bar, progress.Progress) else outer
         if watch is not None:
             watch.telemetry_dir = leaf / TELEMETRY_DIR if watch.telemetry_s > 0 else None

@@ -15,18 +15,16 @@ A rank that keeps moving bytes, however slowly, is never stalled.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable
 
-from mlpstorage_py.launch.rank_progress import PROGRESS_ENV, PROGRESS_TAG, TELEMETRY_ENV, TELEMETRY_TAG
+from mlpstorage_py.launch.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
 
 MIB = 2 ** 20
 TELEMETRY_DIR = "telemetry"  # in the leaf: <host>.jsonl and bottleneck.json
@@ -144,22 +142,6 @@ class Watch:
             for out in self._files.values():
                 out.close()
             self._files.clear()
-
-    @contextlib.contextmanager
-    def reporting_env(self) -> Iterator[None]:
-        """The ranks' reporter settings in this process's environment while the job runs (every
-        MLPSTORAGE_ variable reaches every rank on every host), what was there restored after."""
-        values = {PROGRESS_ENV: f"{self.progress_s:g}", TELEMETRY_ENV: f"{self.telemetry_s:g}"}
-        before = {name: os.environ.get(name) for name in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for name, value in before.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     # -- the watchdog --------------------------------------------------------------------------
     def reporting(self) -> bool:
