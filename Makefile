@@ -79,7 +79,7 @@ test-busy: $(STAMP) system-deps mpich
 	MLPS_TEST_BUSY=$(BUSY) $(PY) -m pytest -q $(TESTS)
 
 # Every bench, one table of figures against references measured in the same run (fio on the same
-# directory, a bare interpreter, bare pymilvus, DLIO's own time); fails when a figure misses its
+# directory, a bare interpreter, bare pymilvus, DLIO's own time, an idle process); fails when a figure misses its
 # goal. BENCH_ARGS=--full adds the 100,000-leaf validate; --only NAME... picks benches.
 bench: $(STAMP) system-deps
 	$(PYCS)

@@ -58,6 +58,14 @@ def cli_rows(out: str, _: Path) -> list[Row]:
                 data["ratios"][name], AT_MOST, 3.0, "ms") for name in ("help", "version")]
 
 
+def telemetry_rows(out: str, _: Path) -> list[Row]:
+    """The rank reporter with host telemetry at the default intervals, in percent of one core,
+    against the same process idle (the median of interleaved rounds; issue 40)."""
+    data = json.loads(re.findall(r"^BENCH (.*)$", out, re.MULTILINE)[-1])
+    return [Row("telemetry_cost", "reporter+telemetry CPU % (ref: idle)", data["reporter_pct"], data["idle_pct"],
+                data["cost_pct"], AT_MOST, data["goal_pct"], "% core")]
+
+
 def checkpoint_rows(_: str, scratch: Path) -> list[Row]:
     data = json.loads((scratch / "checkpoint.json").read_text(encoding="utf-8"))
     med, ratios = data["medians"], data["ratios"]
@@ -167,6 +175,7 @@ def benches(scratch: Path, full: bool) -> list[tuple[str, list[str], Callable[[s
     # reclaiming gigabytes for a while, which slowed a 10,000-leaf validate by a fifth.
     listed = [
         ("cli_startup", ["cli_startup.py", "--rounds", "15"], cli_rows),
+        ("telemetry_cost", ["telemetry_cost.py", "--rounds", "5"], telemetry_rows),
         ("validate_speed", ["validate_speed.py", "--leaves", "10000"], validate_rows(10_000)),
         ("html_speed", ["html_speed.py", "--leaves", "1000"], html_rows),
         ("checkpoint_vs_fio", ["checkpoint_vs_fio.py", "--rounds", "5", "--json", str(scratch / "checkpoint.json")],
