@@ -140,7 +140,9 @@ def test_probe_tells_launch_failure_from_an_invisible_results_dir(sim_hosts, res
     with pytest.raises(BenchmarkFailed) as launch:
         bench._probe_shared_results(kvcache.Layout((good, UNRESOLVABLE), 1))
     assert launch.value.exit_code == 6 and "6.3.3.4" not in str(launch.value)
+    # ssh's own message, wherever it is: on a busy head node PRRTE's setpgid warning comes first
     assert UNRESOLVABLE in str(launch.value) and "Could not resolve hostname" in str(launch.value)
+    assert "Warning" not in str(launch.value)
     # the ranks run, but the path they look for is on no host: 6.3.3.4, every host named with its hostname
     with bench.scratch() as scratch:
         records, code = kvcache_hosts.run_probe(results, sim_hosts.names[:2], {}, bench.wrapper_path(), scratch,
@@ -151,6 +153,22 @@ def test_probe_tells_launch_failure_from_an_invisible_results_dir(sim_hosts, res
     message = str(refused.value)
     assert refused.value.exit_code == 9 and "6.3.3.4" in message and "2 of 2 host(s)" in message
     assert all(f"{n} (hostname {n})" in message for n in sim_hosts.names[:2])
+
+
+def test_launch_error_is_the_real_message_behind_launcher_warnings(tmp_path):
+    """The probe's launcher output as a busy head node gave it (captured with four busy loops
+    beside the test above): PRRTE's ssh launcher lost the race to put its ssh child in a process
+    group of its own and warned, ahead of ssh's real message. The warning is never the cause."""
+    err = tmp_path / "kvcache_shared_probe.stderr.log"
+    err.write_text("[vm:30546] plm:ssh: Warning: setpgid(30552,30552) failed in parent with errno=Permission denied(13)\n"
+                   f"ssh: Could not resolve hostname {UNRESOLVABLE}: Name or service not known\n")
+    assert kvcache_hosts.launch_error(err) == f"ssh: Could not resolve hostname {UNRESOLVABLE}: Name or service not known"
+    err.write_text("ssh: Warning: setpgid(11498,11498) failed in parent with errno=Permission denied(13)\n"
+                   "Warning: Permanently added 'h2' (ED25519) to the list of known hosts.\n"
+                   "root@h2: Permission denied (publickey).\n")
+    assert kvcache_hosts.launch_error(err) == "root@h2: Permission denied (publickey)."
+    err.write_text("[vm:1] plm:ssh: Warning: setpgid(2,2) failed in parent with errno=Permission denied(13)\n")
+    assert kvcache_hosts.launch_error(err) == ""  # only a warning: no cause named ('no launcher output')
 
 
 def test_unresolvable_host_is_named_in_one_line(cli, sim_hosts, results, other_fs_dir, small_config):

@@ -36,6 +36,11 @@ LAUNCH_CAUSE = re.compile(r"ssh: |could not resolve|name or service not known|pe
                           r"|connection (refused|timed out|closed|reset)|no route to host|command not found"
                           r"|no such file or directory|unrecognized|unknown option|invalid option|not found", re.I)
 MPI_TAG = re.compile(r"^\[[^\]]*\][^:]*:\s*")
+# A launcher's or remote shell's own warning, never why ranks did not start: PRRTE's ssh launcher
+# prints `[host:pid] plm:ssh: Warning: setpgid(...) failed in parent with errno=Permission
+# denied(13)` when its child ran first (a busy head node), ahead of ssh's real message; ssh its
+# `Warning: Permanently added ...`.
+LAUNCH_WARNING = re.compile(r"^(?:[\w-]+:\s*)*warning\b", re.I)
 
 
 # -- the shared results directory check -------------------------------------------------------
@@ -107,13 +112,14 @@ def judge_probe(results_dir: Path, records: list[dict[str, Any]], code: int, std
 
 def launch_error(stderr_path: Path) -> str:
     """The launcher's first line that says why ranks did not start (ssh, name resolution, a bad
-    option), else the first rank exception, else its first non-banner line."""
+    option), wherever it is among the launcher's warnings, else the first rank exception, else
+    its first line that is neither a banner nor a warning."""
     try:
         text = stderr_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
     lines = [MPI_TAG.sub("", l.strip()) for l in text.splitlines()]
-    meaningful = [l for l in lines if l and not set(l) <= set("-=*")]
+    meaningful = [l for l in lines if l and not set(l) <= set("-=*") and not LAUNCH_WARNING.match(l)]
     for line in meaningful:
         if LAUNCH_CAUSE.search(line):
             return line[:300]
