@@ -17,7 +17,7 @@ How each field is derived (ManPage.md, `replay`, says the same):
   that waits does so for a range well behind, so the replay's page-cache bound stands in);
 - size: the stream's bytes; nrfiles and filesize: where the trace counted the files the work
   closed (io_trace.json `files`, `file_bytes`), files of their mean size, as many as the bytes
-  fill; fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
+  need (the ceiling: fio stops at `size`, partway into the last file, so every byte is moved); fsync=N when it flushed (N writes per flush: fio counts an fsync inside a job's runtime,
   and not the one end_fsync=1 adds for the tail), fsync_on_close=1 when it flushed once a file;
 - startdelay: how long after its phase's first job the part's first request came, so the
   jobs of a phase start staggered as the run's streams did (at least MIN_DELAY_MS);
@@ -302,8 +302,10 @@ def set_phases(parts: list[Part]) -> None:
 def _job(part: Part, direct: bool, pace: bool) -> Job:
     """One part's job: the rules of the module docstring."""
     stream, ops = part.stream, part.stream.get("ops") or {}
-    read = ops.get("read") if part.op in (None, "read") else None
-    write = ops.get("write") if part.op in (None, "write") else None
+    # a direction that moved no bytes is absent: a reader whose write op counted 0 bytes still
+    # gets the files it read
+    read = ops.get("read") if part.op in (None, "read") and _bytes(ops.get("read")) else None
+    write = ops.get("write") if part.op in (None, "write") and _bytes(ops.get("write")) else None
     flush = ops.get("flush") if part.op in (None, "write") else None
     pid, comm, device = _pid(stream), str(stream.get("comm") or ""), str(stream.get("device") or "")
     base = f"h{part.index}-{_sane(comm)}-{pid}" + (f"-{_sane(device)}" if device else "")  # a stream is per device
@@ -331,8 +333,11 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
     size = max(largest, round((job.read_bytes + job.write_bytes) / clones / smallest) * smallest)
     options.append(("size", size_text(size)))
     per_file = file_size(read or write, floor) if read is None or write is None else 0
-    count = max(1, round(size / per_file)) if per_file else 0
-    if count:  # the run's files: as many of their mean size as the clone's bytes fill
+    if per_file:  # whole blocks of the largest size: fio leaves a file's tail short of a block unmoved
+        per_file = max(largest, round(per_file / largest) * largest)
+    count = max(1, -(-size // per_file)) if per_file else 0
+    if count:  # the run's files of their mean size, as many as the clone's bytes need (fio stops at
+        # size, partway into the last: every byte moved, no more)
         options += [("nrfiles", str(count)), ("filesize", size_text(per_file)), ("file_service_type", "sequential")]
     if part.shared:  # the write job and the read job of one stream share its files, clone by clone
         options.append(("filename_format", f"{base}.$jobnum" + (".$filenum" if count else "")))
