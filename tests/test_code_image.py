@@ -186,3 +186,41 @@ def test_source_root_is_the_checkout_with_configs():
     files = tree_files(root)
     assert "mlpstorage_py/main.py" in files
     assert not any(f.startswith(("tests/", ".venv/")) or "/__pycache__/" in f for f in files)
+
+
+def test_a_file_this_user_cannot_read_is_one_line_naming_it():
+    """The tool's tree holds a file only root can read (pytest's .hypothesis/ once did): a user
+    other than root gets a one-line PermissionDenied naming it (exit 4), never an internal error;
+    test caches are left out of the image altogether."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a file another user cannot read")
+    top = Path(tempfile.mkdtemp(prefix="mlps-image-"))  # /tmp: another user can reach it, unlike tmp_path
+    try:
+        _unreadable_file_case(make_tree(top / "src"))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _unreadable_file_case(tree: Path) -> None:
+    import subprocess
+    import sys
+
+    for folder in (tree.parent, *(p for p in tree.rglob("*") if p.is_dir()), tree):
+        folder.chmod(0o755)
+    secret = tree / "a" / "root-only.txt"
+    secret.write_text("x")
+    secret.chmod(0o600)
+    program = ("import sys\nfrom pathlib import Path\nfrom mlpstorage_py.results.code_image import tree_hash\n"
+               "from mlpstorage_py.errors import MlpsError\n"
+               "try:\n    tree_hash(Path(sys.argv[1]))\nexcept MlpsError as exc:\n"
+               "    print(exc.exit_code, exc)\n")
+    done = subprocess.run([sys.executable, "-c", program, str(tree)], capture_output=True, text=True, timeout=60,
+                          cwd="/", preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"4 cannot read {secret}, in mlpstorage's own source tree"), done.stdout
+    (tree / ".hypothesis").mkdir()
+    (tree / ".hypothesis" / "db").write_text("cache")
+    assert ".hypothesis/db" not in tree_files(tree)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mlpstorage_py import __version__
-from mlpstorage_py.errors import ConfigurationError
+from mlpstorage_py.errors import ConfigurationError, PermissionDenied
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.links import make_dirs, no_links
 from mlpstorage_py.rules.configs import source_root
@@ -27,9 +27,9 @@ POOL_MARKER = ".mlps-image-pool"
 EXCLUDED_DIRS = frozenset({
     ".git", ".idea", ".vscode", ".claude", ".agent", ".agents", ".roo", ".planning",
     ".gsd-tmp", "__pycache__", ".pytest_cache", ".venv", "node_modules", "build", "dist",
-    ".tox", "test", "tests",
+    ".tox", "test", "tests", ".hypothesis", ".mypy_cache", ".ruff_cache",  # test and checker caches
 })
-EXCLUDED_FILES = frozenset({HASH_FILE, ".DS_Store", "Thumbs.db"})
+EXCLUDED_FILES = frozenset({HASH_FILE, ".DS_Store", "Thumbs.db", ".coverage"})
 EXCLUDED_FILE_GLOBS = ("*.pyc", "*.pyo")
 
 
@@ -61,8 +61,17 @@ def tree_files(root: Path) -> list[str]:
                 elif entry.is_file(follow_symlinks=False) and not _file_excluded(entry.name):
                     yield child
 
-    found.extend(walk(root, ""))
+    try:
+        found.extend(walk(root, ""))
+    except PermissionError as exc:
+        raise _unreadable(exc) from exc
     return sorted(found, key=lambda p: p.encode("utf-8", "surrogateescape"))
+
+
+def _unreadable(exc: OSError) -> PermissionDenied:
+    """The one-line error for a file or folder of the tool's tree this user cannot read."""
+    return PermissionDenied(f"cannot read {exc.filename}, in mlpstorage's own source tree: the code image hashes "
+                            "every file there; make it readable or remove it (it is not part of the tool)")
 
 
 def tree_hash(root: Path) -> str:
@@ -70,9 +79,12 @@ def tree_hash(root: Path) -> str:
     digest = hashlib.md5()
     for rel in tree_files(root):
         digest.update(rel.encode("utf-8", "surrogateescape"))  # a name that is not UTF-8: its own bytes
-        with open(root / rel, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        try:
+            with open(root / rel, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+        except PermissionError as exc:
+            raise _unreadable(exc) from exc
     return digest.hexdigest()
 
 
