@@ -189,7 +189,8 @@ def kv_argv(results: Path, cache: Path, config: Path, duration: int, *extra: str
 @pytest.mark.parametrize("fault, code", [("deadline", 7), ("SIGINT", 8), ("rank killed", 6)])
 def test_the_tracer_ends_with_the_run_on_every_path(results, other_fs_dir, tmp_path, fault, code):
     """A deadline, Ctrl-C and a rank's death: the run exits with its code, the leaf still gets
-    the trace of what happened, and no bpftrace (nor rank) of the run is left."""
+    the trace of what happened, which says it is incomplete and why where the run was stopped
+    (replay.fio's header too), and no bpftrace (nor rank) of the run is left."""
     require_tracing()
     config = tmp_path / "small.yaml"
     config.write_text(yaml.safe_dump(SMALL_KV))
@@ -208,7 +209,19 @@ def test_the_tracer_ends_with_the_run_on_every_path(results, other_fs_dir, tmp_p
     assert rc == code, err
     (leaf,) = all_leaves(results)
     trace = io_trace.read(leaf)
-    assert trace is not None and trace["level"] == "vfs" and trace["complete"], trace
+    assert trace is not None and trace["level"] == "vfs", trace
+    # a rank killed in a trial stops the work where the kill ends the job inside the traced
+    # block; where the trial had ended, the run goes on to its aggregates and fails after it
+    stopped = {"deadline": "past its deadline", "SIGINT": "interrupted"}.get(fault, "stopped")
+    if fault != "rank killed" or "stopped" in trace:
+        assert trace["complete"] is False and stopped in trace["stopped"], trace.get("stopped")
+    from mlpstorage_py.errors import UsageError
+    from mlpstorage_py.trace import replay
+
+    try:  # the job distilled from it says so too (where it caught any request of the work)
+        assert "; INCOMPLETE: " in replay.distill(trace, None)
+    except UsageError:
+        pass
     assert json.loads(next(leaf.glob("kv_cache_*_metadata.json")).read_text())["exit_status"] == code
 
 

@@ -9,7 +9,9 @@ bound (a power of two, as a decimal string): count}:
      "why": "...",                 # for vfs/object/none: why not at the block layer
      "duration_s": 12.3,           # from the tracers' attach to their stop
      "data_paths": ["..."],        # the paths traced, as given
-     "complete": true,             # every host's tracer printed its maps (else see its "error")
+     "complete": true,             # every host's tracer printed its maps (else see its "error") and
+                                   # the run's work ran to its end (else "stopped" says why)
+     "stopped": "...",             # only for a run stopped early: interrupted, a deadline, a stall, a failure
      "hosts": {"<--hosts entry>": {
          "hostname": "...",
          "complete": true, "error": "...",          # error only when not complete

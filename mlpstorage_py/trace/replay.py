@@ -423,7 +423,10 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
     if small:
         lines.append(f"; left out: {len(small)} stream(s) with under {TRIVIAL_SHARE:.0%} of the "
                      f"traced bytes ({sum(stream_bytes(s) for s in small)} B)")
-    if trace.get("complete") is False:
+    if trace.get("stopped"):
+        lines.append(f"; INCOMPLETE: {trace['stopped']}; the trace, and these jobs, hold only the I/O "
+                     "before that: a replay reproduces part of a run")
+    elif trace.get("complete") is False:
         lines.append("; the trace is incomplete (a host's tracer did not print its maps): the jobs hold what it has")
     phases = max(job.phase for job in made) + 1
     if phases > 1:

@@ -328,11 +328,26 @@ def tracing(hosts: list[str], data_paths: list[str], remote_shell: list[str] | N
     before = os.environ.get(heartbeat.WORK_MARK_ENV)
     mark = int(before) if before and before.isdigit() else heartbeat.new_mark()
     tracer = TraceSession(hosts, data_paths, remote_shell, workdir, mark)
-    entered = False
+    entered, stopped = False, None
     try:
         with tracer, heartbeat.marked(mark):
             entered = True
-            yield
+            try:
+                yield
+            except BaseException as exc:
+                stopped = stopped_by(exc)
+                raise
     finally:
         if entered:
-            keep(tracer.record())
+            record = tracer.record()
+            if stopped:  # the trace holds only what the run did before it was stopped
+                record.update(complete=False, stopped=stopped)
+            keep(record)
+
+
+def stopped_by(exc: BaseException) -> str:
+    """Why the traced work ended early, in one line for io_trace.json and replay.fio's header."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "the run was interrupted (SIGINT or SIGTERM)"
+    first = (str(exc).splitlines() or [""])[0][:240]
+    return f"the run was stopped: {first or type(exc).__name__}"
