@@ -118,6 +118,7 @@ def test_a_traced_kv_run_counts_what_its_ranks_wrote_and_read(results, other_fs_
     leaf = max(all_leaves(results))
     trace = io_trace.read(leaf)
     assert trace is not None and trace["level"] == "vfs" and "tmpfs" in trace["why"], trace and trace.get("why")
+    assert trace["why"].endswith("(Rules 6.5.2)")  # the KV rule that describes this fallback
     written, read = rank_bytes(trace, "write"), rank_bytes(trace, "read")
     for result in leaf.rglob("kvcache_results_*.json"):
         rank = int(result.parent.name.split("_")[1])
@@ -142,6 +143,7 @@ def test_an_embedded_milvus_run_is_mlpstorages_own_work(results, other_fs_dir, t
     leaf = max(all_leaves(results))
     trace = io_trace.read(leaf)
     assert trace is not None and trace["level"] == "vfs", trace and trace.get("why")
+    assert "Rules 6.5.2" not in trace["why"]  # a KV rule: not this benchmark's
     work = [s for h in trace["hosts"].values() for s in h["streams"] if s.get("work")]
     assert {s["pid"] for s in work} == {run.pid}, work
     assert sum(s["ops"]["write"]["bytes"] for s in work) >= 20000 * 32 * 4

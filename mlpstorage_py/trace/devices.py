@@ -110,7 +110,7 @@ def resolve(path: str) -> dict[str, Any]:
     return {"path": path, "level": "vfs", "fs_dev": kernel_dev(major, minor),
             "devices": [{"name": f"{fstype}:{point}", "dev": kernel_dev(major, minor), "level": "vfs"}],
             "why": f"{path} is on {fstype} ({source}), with no block device behind it: traced at the "
-                   "read/write/fsync system calls of the files on it (Rules 6.5.2)"}
+                   "read/write/fsync system calls of the files on it"}
 
 
 def _boot_id() -> str:
