@@ -59,3 +59,25 @@ def test_a_read_only_stream_replays_the_files_it_read(cli, tmp_path):
     record = replayed(cli, tmp_path, training_reader(), {"args": {}})
     assert abs(record["replay"]["read"]["bytes"] - 16 * MIB) <= 0.01 * 16 * MIB
     assert len(list((tmp_path / "target").iterdir())) == 16
+
+
+@needs_fio
+def test_print_command_is_what_replay_runs_and_plain_fio_moves_the_same(cli, tmp_path):
+    """--print-command runs nothing and prints a command a shell runs as it is; fio run from it
+    moves the bytes mlpstorage replay does, and the job's header says how and why."""
+    import subprocess
+
+    leaf = make_leaf(tmp_path / "leaf", kv_uneven(), KV_META)
+    target = tmp_path / "target"
+    target.mkdir()
+    printed = cli("replay", leaf, "--directory", target, "--print-command", "--page-cache-mib", "0")
+    assert printed.rc == 0, printed.err
+    assert not list(target.iterdir()) and not list(leaf.glob("replay_*.json"))
+    header = (leaf / "replay.fio").read_text()
+    assert "--print-command" in header and "on another array" in header
+    command = printed.out.strip().splitlines()[-1]
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout[done.stdout.find("{"):])
+    moved = {d: sum(j[d]["io_bytes"] for j in report["jobs"]) for d in ("read", "write")}
+    assert abs(moved["write"] - 21 * MIB) <= 0.01 * 21 * MIB and abs(moved["read"] - 9 * MIB) <= 0.01 * 9 * MIB

@@ -21,6 +21,9 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-cache-mib", type=non_negative_int, metavar="MIB",
                    help="the page cache fio may hold on this host, beside its I/O buffers (a memory cgroup; "
                         "0: unbounded; default: configs/tool.yaml replay.page_cache_mib)")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the exact commands replay would run on each host (fio, and this host's page-cache "
+                        "bound as a memory cgroup), for a shell without mlpstorage; run nothing")
     p.add_argument("--verbose", action="store_true", help="show fio's own output")
 
 
@@ -28,6 +31,11 @@ def replay(args: Args) -> int:
     """Write the leaf's replay.fio when absent, run it with fio and print its figures beside the run's."""
     from mlpstorage_py.trace import replay_run
 
+    if args.get("print_command"):
+        plan = replay_run.prepare(Path(args["leaf"]), Path(args["directory"]), args.get("hosts"),
+                                  args.get("runtime_cap"), args.get("page_cache_mib"))
+        print(replay_run.command_text(plan))
+        return 0
     record, path, written = replay_run.replay(Path(args["leaf"]), Path(args["directory"]), args.get("hosts"),
                                               args.get("runtime_cap"), bool(args.get("verbose")),
                                               args.get("page_cache_mib"))

@@ -433,6 +433,13 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
         lines.append(f"; in {phases} phases, in the run's order: the jobs of a phase run together, each phase "
                      "once the one before has ended (stonewall)")
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",
+              f"; mlpstorage replay bounds this host's page cache for fio (a memory cgroup of "
+              f"{int(settings()['page_cache_mib'])} MiB beside fio's buffers): buffered figures without it follow the "
+              "host's free memory, not the storage; `mlpstorage replay LEAF --directory DIR --print-command` prints "
+              "the exact commands, the cgroup included, for a shell without mlpstorage",
+              "; on another array the request sizes, mix, order, depth, files, flushes and pacing stay the run's; "
+              "the figures move with that array's latency and bandwidth, its filesystem, the host's readahead and "
+              "writeback settings and memory (buffered jobs), and the fio version",
               "; a job's name starts with h<N>-, the trace's N-th host: fio --section=<name> runs it alone",
               "", "[global]", "; directory= is left to the command line (--directory)",
               "filename_format=$jobname.$jobnum.$filenum", "group_reporting=0",

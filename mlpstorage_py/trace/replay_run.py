@@ -300,12 +300,29 @@ def fio_buffers(jobs: list[distiller.Job]) -> int:
     return total
 
 
-def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
-           echo: bool = False, page_cache_mib: int | None = None) -> tuple[dict[str, Any], Path, bool]:
-    """Run the leaf's replay.fio on `directory` (writing it first when absent), this host's fio
-    in a page cache of `page_cache_mib` (page_cache.bounded; 0: unbounded; None: configs/tool.yaml's
-    replay.page_cache_mib) beside its buffers;
-    returns the record written, its path, and whether replay.fio was written now."""
+@dataclass
+class Plan:
+    """What a replay runs: the checked job, each host's fio arguments (less the job file), the
+    page-cache bound of this host's fio in bytes (0: none), the jobs and the deadline."""
+
+    leaf: Path
+    directory: Path
+    trace: dict[str, Any]
+    meta: dict[str, Any]
+    fio: str
+    text: str
+    job_file: Path
+    written: bool
+    hosts: list[str] | None
+    plan: list[tuple[str, list[str]]]
+    limit: int
+    made: list[distiller.Job]
+    deadline: float
+
+
+def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
+            page_cache_mib: int | None = None) -> Plan:
+    """Everything replay() checks and decides before fio starts (replay.fio written when absent)."""
     directory = directory.expanduser().absolute()
     if not directory.is_dir():  # before the leaf: a bad argument is named whatever the other is
         raise missing_directory("--directory", directory)
@@ -336,15 +353,49 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     made = distiller.jobs(trace, meta)[0]
     total = sum(j.read_bytes + j.write_bytes for j in made)
     deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
+    mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
+    limit = mib * MIB + 2 * fio_buffers(made) if mib else 0
+    return Plan(leaf, directory, trace, meta, fio, text, job_file, written, hosts, plan, limit, made, deadline)
+
+
+def command_text(p: Plan) -> str:
+    """The exact commands replay() runs, for a shell on each host: fio on the leaf's replay.fio,
+    and this host's page-cache bound as the memory cgroup it makes (without it, buffered figures
+    follow the host's free memory, not the storage)."""
+    lines = []
+    for host, argv in p.plan:
+        command = shlex.join(["fio", *argv, str(p.job_file)])
+        if p.hosts and not is_local(host):
+            lines.append(f"# on {host} (over ssh; fio's page cache there is not bounded)\n{command}")
+            continue
+        found = page_cache.hierarchy() if p.limit else "--page-cache-mib 0"
+        if isinstance(found, str):
+            lines.append(f"# on {host}: page cache not bounded ({found})\n{command}")
+            continue
+        root, version = found
+        knob = "memory.max" if version == "v2" else "memory.limit_in_bytes"
+        group = shlex.quote(str(root / "fio-replay"))
+        lines.append(f"# on {host}: fio in a memory cgroup ({version}) of {p.limit // MIB} MiB, as mlpstorage replay "
+                     f"runs it\nmkdir -p {group} && echo {p.limit} > {group}/{knob} && "
+                     f"sh -c 'echo $$ > {group}/cgroup.procs && exec \"$@\"' sh {command}")
+    return "\n".join(lines)
+
+
+def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
+           echo: bool = False, page_cache_mib: int | None = None) -> tuple[dict[str, Any], Path, bool]:
+    """Run the leaf's replay.fio on `directory` (writing it first when absent), this host's fio
+    in a page cache of `page_cache_mib` (page_cache.bounded; 0: unbounded; None: configs/tool.yaml's
+    replay.page_cache_mib) beside its buffers;
+    returns the record written, its path, and whether replay.fio was written now."""
+    p = prepare(leaf, directory, hosts, runtime_cap, page_cache_mib)
+    leaf, directory, trace, meta, plan, made = p.leaf, p.directory, p.trace, p.meta, p.plan, p.made
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch, _checked_copy(job_file, text) as copy:
-        runs = [HostRun(host, _host_argv(host if hosts else None, fio, [*argv, str(copy)]),
+    with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch, _checked_copy(p.job_file, p.text) as copy:
+        runs = [HostRun(host, _host_argv(host if hosts else None, p.fio, [*argv, str(copy)]),
                         Path(scratch) / f"fio{i}.json", Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
-        mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
-        limit = mib * MIB + 2 * fio_buffers(made) if mib else 0
-        with page_cache.bounded(limit) as bound:
+        with page_cache.bounded(p.limit) as bound:
             log.info(f"replay: this host's page cache {bound}")
-            _run_all(runs, deadline, echo)
+            _run_all(runs, p.deadline, echo)
         reports = []
         for run in runs:
             report = fio_report(run.stdout)
@@ -359,7 +410,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
               "runtime_cap_s": runtime_cap, "page_cache": bound, "argv": [r.argv for r in runs],
               "original": traced, "replay": replayed, "ratio": _ratios(replayed, traced), "jobs": per_job}
     path = _result_path(leaf, json.dumps(record, indent=2) + "\n")
-    return record, path, written
+    return record, path, p.written
 
 
 def table(record: dict[str, Any]) -> str:
