@@ -38,12 +38,8 @@ def die_with_parent(parent: int | None = None) -> None:
 
 
 def env_rank() -> int:
-    """This rank's number from the launcher's environment (Open MPI, PMIx, MPICH, MVAPICH, Slurm)."""
-    for name in RANK_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    """This rank's number from the launcher's environment."""
+    return rank_progress.env_number(RANK_VARIABLES)
 
 
 def report_started(rank: int | None = None) -> None:

@@ -38,13 +38,19 @@ LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LO
                         "SLURM_LOCALID")
 
 
-def local_rank() -> int:
-    """This rank's number on its host, from the launcher's environment (0 where none says)."""
-    for name in LOCAL_RANK_VARIABLES:
+def env_number(names: tuple[str, ...]) -> int:
+    """The first of these launcher variables that holds a number (Open MPI, PMIx, MPICH,
+    MVAPICH, Slurm each set their own), else 0."""
+    for name in names:
         value = os.environ.get(name, "").strip()
         if value.isdigit():
             return int(value)
     return 0
+
+
+def local_rank() -> int:
+    """This rank's number on its host."""
+    return env_number(LOCAL_RANK_VARIABLES)
 
 
 def _seconds(name: str, default: float) -> float:
