@@ -129,8 +129,11 @@ MUTATIONS: dict[str, tuple[dict, Callable[[Path], None], set[tuple[str, str]], b
                                                         lambda r: edit_json(ckpt(r)[0] / "fs_separation.json",
                                                                             set_in("same_filesystem", True))), set(), True),
     "4.6.1 16 processes": ({}, meta(0, set_in("num_processes", 16)), {("4.6.1", INVALID)}, True),
+    "4.6.2 3 accelerators on a host": ({}, meta(0, lambda d: d.update(executed_command=d["executed_command"].replace(
+        "--host client1:8", "--host client1:3,client2:5"))), {("4.6.2", INVALID)}, True),
+    # exactly 4 per host: a calibrated WARNING (tests/test_calibrations.py; INVALID with --letter)
     "4.6.2 4 accelerators per host": ({}, meta(0, lambda d: d.update(executed_command=d["executed_command"].replace(
-        "--host client1:8", "--host client1:4,client2:4"))), {("4.6.2", INVALID)}, True),
+        "--host client1:8", "--host client1:4,client2:4"))), {("4.6.2", WARNING)}, True),
     "4.6.3 a model parameter changed": ({}, meta(1, set_in("parameters.model.num_layers", 16)), {("4.6.3", INVALID)}, True),
     "4.6.3 an extra parameter": ({}, meta(1, set_in("parameters.checkpoint.extra_knob", 1)), {("4.6.3", INVALID)}, True),
     "4.6.4 OPEN processes not a multiple of TP x PP": (

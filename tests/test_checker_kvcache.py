@@ -374,13 +374,15 @@ def test_realdata_kv_cache_lacks_rank_files_and_device_latency(leaf):
     [f] = of("6.3.4.2", leaf)
     assert f.severity == INFO and "reported under 6.3.4.1" in f.message
     # the v3.0 summary states no device-latency aggregates nor how they were formed: the absent fields
-    # are reported once, by the headline rule (6.3.4.5), the missing statement by 6.3.4.3
+    # are reported once, by the headline rule (6.3.4.5), the missing statement by 6.3.4.3; the v3.0
+    # tool wrote neither and the review published them, so both are calibrated WARNINGs
+    # (tests/test_calibrations.py: INVALID with --letter)
     latency = of("6.3.4.3", leaf)
-    assert [f.severity for f in latency if f.severity == INVALID] == [INVALID]
-    assert "does not state that the device P95 is the max" in [f for f in latency if f.severity == INVALID][0].message
+    assert [f.severity for f in latency if f.severity != INFO] == [WARNING]
+    assert "does not state that the device P95 is the max" in [f for f in latency if f.severity == WARNING][0].message
     assert sum(f.severity == INFO for f in latency) == 2
     [headline] = of("6.3.4.5", leaf)
-    assert headline.severity == INVALID and "Options 1, 2, 3 lacks aggregated_device_read_p95_ms" in headline.message
+    assert headline.severity == WARNING and "Options 1, 2, 3 lacks aggregated_device_read_p95_ms" in headline.message
     # every 6.x finding of the corpus is on one of its two kv_cache leaves
     assert all(f.path.startswith((f"{REAL_KV}", f"{REAL_KV_SAMSUNG}"))
                for number in ("6.3.1.1", "6.3.2.2", "6.3.4.1", "6.3.4.2", "6.3.4.3", "6.3.4.5", "6.4.1")

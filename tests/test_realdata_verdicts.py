@@ -73,9 +73,9 @@ VERDICTS = [
     ("2.1.6", INVALID, "NewFW kv_cache", 1, ARTEFACT, A_POINTER),
     ("2.1.4", WARNING, "NewFW kv_cache", 1, TRUE, "as for unet3d: recorded under closed/Solidigm/"),
     ("6.3.4.1", INVALID, "NewFW kv_cache", 1, ARTEFACT, "option_<O>/trial_<T>/rank_0/kvcache_results_*.json (9 files)"),
-    ("6.3.4.3", INVALID, "NewFW kv_cache", 1, TRUE, "Two properties must be stated in the result (summary.json has no "
+    ("6.3.4.3", WARNING, "NewFW kv_cache", 1, TRUE, "Two properties must be stated in the result (summary.json has no "
                                                     "aggregation.device_latency)"),
-    ("6.3.4.5", INVALID, "NewFW kv_cache", 1, TRUE, "The headline result for an Option is (aggregate Storage Read Bandwidth, "
+    ("6.3.4.5", WARNING, "NewFW kv_cache", 1, TRUE, "The headline result for an Option is (aggregate Storage Read Bandwidth, "
                                                     "aggregate device read-latency P95, aggregate device write-latency P95, "
                                                     "aggregate Storage Throughput)"),
     # Alluxio retinanet
@@ -107,8 +107,8 @@ VERDICTS = [
     # SAMSUNG kv_cache
     ("2.1.6", INVALID, "SAMSUNG kv_cache", 1, ARTEFACT, A_POINTER),
     ("6.3.4.1", INVALID, "SAMSUNG kv_cache", 1, ARTEFACT, "option_<O>/trial_<T>/rank_0/kvcache_results_*.json (9 files)"),
-    ("6.3.4.3", INVALID, "SAMSUNG kv_cache", 1, TRUE, "Two properties must be stated in the result"),
-    ("6.3.4.5", INVALID, "SAMSUNG kv_cache", 1, TRUE, "The headline result for an Option is (..., aggregate device "
+    ("6.3.4.3", WARNING, "SAMSUNG kv_cache", 1, TRUE, "Two properties must be stated in the result"),
+    ("6.3.4.5", WARNING, "SAMSUNG kv_cache", 1, TRUE, "The headline result for an Option is (..., aggregate device "
                                                       "read-latency P95, aggregate device write-latency P95, ...)"),
     # the VDB results' structure findings
     ("2.1.6", INVALID, "SAMSUNG DISKANN", 7, ARTEFACT, A_POINTER),
@@ -157,7 +157,8 @@ def test_the_false_verdicts_stay_fixed(corpus):
     assert not [f for f in ours if f["rule"] in ("4.3.3", "4.4.1")]
     # the missing rank files: once per leaf, by 6.3.4.1; the absent device P95s: once per leaf, by 6.3.4.5
     assert not [f for f in ours if f["rule"] == "6.3.4.2"]
-    assert [f["message"] for f in ours if f["rule"] == "6.3.4.3"] == [
+    # (a calibrated WARNING: the v3.0 tool wrote no statement, and the review published such results)
+    assert [f["message"].split(". Rules 6.3.4.3 says")[0] for f in ours if f["rule"] == "6.3.4.3"] == [
         "the result does not state that the device P95 is the max of per-rank P95s over the storage-tier I/O span "
         "(summary.json aggregation.device_latency)"] * 2
     # SAMSUNG's partial image: what is known (the files present do not re-hash), not "was modified"

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Generator, Iterable
 
+from mlpstorage_py.checker import calibrations
 from mlpstorage_py.checker.judging import judged
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_checkpointing import (
@@ -181,8 +182,12 @@ def closed_per_host(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                       leaf.problem("metadata") or leaf.problem("summary") or "no record of the hosts")
         return
     least = block["checkpoint_min_accelerators_per_host_exclusive"]
-    if [n for n in layout if n <= least]:
+    if [n for n in layout if n < least]:
         yield r.invalid(_met_path(leaf), f"hosts run {layout} accelerators (from {where}); each must run more than {least}")
+    elif least in layout:  # exactly the bound: the v3.0 review published such results (rules/calibrations.yaml)
+        yield calibrations.finding(r, leaf, "4.6.2/exactly-4", _met_path(leaf),
+                                   f"hosts run {layout} accelerators (from {where}): {layout.count(least)} of "
+                                   f"{len(layout)} host(s) run exactly {least}")
     if required is not None and sum(layout) != required:
         yield r.invalid(_met_path(leaf), f"the hosts run {sum(layout)} accelerators in all (from {where}), not the {required} of Table 2")
 

@@ -144,12 +144,51 @@ def datagen_minimum(r: Rule, result: Result) -> Iterable[Finding]:
                 yield r.invalid(gen.path, f"datagen made {generated} files, datasize {sized.path.name} asked for {needed}")
 
 
+def _recorded_dataset(leaf: Leaf) -> tuple[dict | None, str]:
+    """The dataset block a leaf ran with: its metadata's parameters.dataset, else its
+    dlio_config/config.yaml (a published datagen leaf may keep only its configs)."""
+    for where, block in (("metadata parameters.dataset", dig(leaf.metadata, "parameters", "dataset")),
+                         ("dlio_config/config.yaml", dig(leaf.workload_config, "dataset"))):
+        if isinstance(block, dict) and block:
+            return block, where
+    return None, "nowhere"
+
+
+def _files_used(run: Leaf) -> int | None:
+    """num_files_train the run read: its *summary.json's, else the dataset block it ran with."""
+    used = _int((run.summary or {}).get("num_files_train"))
+    return used if used is not None else _int((_recorded_dataset(run)[0] or {}).get("num_files_train"))
+
+
+def _subfolders(run: Leaf, datagen: list[Leaf]) -> Iterable[str]:
+    """Rules 3.3.1: a run's num_subfolders_train/eval equal the subfolders its dataset holds, which
+    the datagen leaves of its data folder made (DLIO's default is 0; a leaf that records no dataset
+    block is not judged). Needs no datasize leaf."""
+    block, where = _recorded_dataset(run)
+    if block is None:
+        return
+    folder = block.get("data_folder")
+    made = [(g, *_recorded_dataset(g)) for g in datagen]
+    made = [m for m in made if m[1] is not None]
+    same = [m for m in made if folder is not None and m[1].get("data_folder") == folder] or made
+    for key in ("num_subfolders_train", "num_subfolders_eval"):
+        want = {_int(m[1].get(key, 0)) for m in same} - {None}
+        used = _int(block.get(key, 0))
+        if want and used is not None and used not in want:
+            names = ", ".join(f"{g.path.name} ({w})" for g, _, w in same)
+            yield f"run reads {key} {used} ({where}); the dataset holds {' or '.join(map(str, sorted(want)))}, as datagen {names} made it"
+
+
 @rule("3.3.1", "trainingRunDataMatchesDatasize").check(RESULT, benchmark="training")
 def run_matches_datasize(r: Rule, result: Result) -> Iterable[Finding]:
-    """datasize.num_files_train <= run's num_files_train <= datagen's; manifests agree."""
+    """datasize.num_files_train <= run's num_files_train <= datagen's; subfolders as datagen made them; manifests agree.
+
+    The datagen half needs no datasize leaf: a workload without one (3.1.1) is still judged on it."""
     datagen = result.phase("datagen")
     for run in result.phase("run"):
-        used = _int((run.summary or {}).get("num_files_train"))
+        for problem in _subfolders(run, datagen):
+            yield r.invalid(run.path, problem)
+        used = _files_used(run)
         if used is None:
             continue
         sized, problem = _datasize_for(result, run)
@@ -159,7 +198,7 @@ def run_matches_datasize(r: Rule, result: Result) -> Iterable[Finding]:
             needed = _int(_dataset(sized).get("num_files_train"))
             if needed is not None and used < needed:
                 yield r.invalid(run.path, f"run used {used} files, datasize {sized.path.name} recorded {needed}")
-        generated = [_int(_dataset(g).get("num_files_train")) for g in datagen]
+        generated = [_int((_recorded_dataset(g)[0] or {}).get("num_files_train")) for g in datagen]
         if generated and all(g is not None for g in generated) and used > max(generated):
             yield r.invalid(run.path, f"run used {used} files, datagen made only {max(generated)}")
         declared = (run.metadata or {}).get("datagen_manifest_file")

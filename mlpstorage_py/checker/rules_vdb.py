@@ -353,9 +353,8 @@ def query_count(r: Rule, result: Result) -> Iterable[Finding]:
             continue
         counts.append(issued)
         path = run.path_of("summary") if run.summary is not None else run.path
-        mode = dig(run.summary, "mode") or param(run, "run", "mode") or dig(run.metadata, "args", "benchmark_mode")
-        requested = as_int(dig(run.summary, "queries_requested")) or as_int(param(run, "run", "queries")) \
-            or as_int(dig(run.metadata, "args", "queries"))
+        mode, _ = fact(run, "mode")
+        requested, _ = fact(run, "queries")
         if mode == "query_count" and requested is not None and issued < requested:
             yield r.invalid(path, f"{issued:,} queries issued ({where}); --queries asked for {requested:,}")
         if minimum is not None and issued < minimum:

@@ -12,8 +12,8 @@ from typing import Any, Generator, Iterable
 from mlpstorage_py.checker.judging import checker_block, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.vdb_leaves import (
-    FAMILY, LOG_LIMIT, cannot, config, database, engine, evidence_problem, index_type,
-    missing_summary, named_outputs, not_checked, param, resolved, value)
+    FAMILY, LOG_LIMIT, cannot, config, database, engine, evidence_problem, fact, index_type,
+    missing_summary, named_outputs, not_checked, resolved, value)
 from mlpstorage_py.results.tree.files import FILE, entries, read_text
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
@@ -40,8 +40,8 @@ def path_args(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         # the missing metadata is reported once, under LEAF-01 / 1.1
         yield not_checked(r, leaf, "the storage root and results directory", evidence_problem(leaf))
         return
-    root = param(leaf, "storage", "storage_root") or dig(meta, "args", "data_dir")
-    results = dig(meta, "args", "results_dir") or dig(meta, "result_dir")
+    root, _ = fact(leaf, "storage_root")
+    results, _ = fact(leaf, "results_dir")
     if not root:
         yield r.invalid(leaf.path, "no storage root recorded (--storage-root, storage.storage_root)")
     if not results:

@@ -111,9 +111,10 @@ def verdict(leaf: Leaf) -> dict | None:
 
 
 def fact(leaf: Leaf, name: str) -> tuple[Any, str]:
-    """One recorded fact (dimension, num_vectors, index_type, collection) from the first file
-    the reference tool writes it to: summary.json, the resolved parameters, config.json's own
-    keys, the metadata's args and top level; (None, "nowhere") when none records it."""
+    """One recorded fact (dimension, num_vectors, index_type, collection, storage_root,
+    results_dir, mode, queries) from the first file the tool writes it to, under every name a
+    published tool version uses: summary.json, the resolved parameters, config.json's own keys,
+    the metadata's args and top level; (None, "nowhere") when none records it."""
     summary, meta, (conf, _), (params, params_from) = leaf.summary, leaf.metadata, config(leaf), resolved(leaf)
     sources = {
         "dimension": [("summary.json", dig(summary, "dimension")),
@@ -141,6 +142,23 @@ def fact(leaf: Leaf, name: str) -> tuple[Any, str]:
                        ("config.json collection_name", dig(conf, "collection_name")),
                        ("metadata args.collection", dig(meta, "args", "collection")),
                        ("metadata collection", dig(meta, "collection"))],
+        # 5.4.1: our tool resolves --storage-root into storage.storage_root (args.data_dir, its dest);
+        # published tool versions record args.storage_root, or only args.data_dir
+        "storage_root": [(params_from, dig(params, "storage", "storage_root")),
+                         ("metadata args.storage_root", dig(meta, "args", "storage_root")),
+                         ("metadata args.data_dir", dig(meta, "args", "data_dir")),
+                         ("metadata storage_root", dig(meta, "storage_root"))],
+        "results_dir": [("metadata args.results_dir", dig(meta, "args", "results_dir")),
+                        ("metadata result_dir", dig(meta, "result_dir"))],
+        # 5.3.3: the query mode and --queries (run.mode/run.queries ours; benchmark_mode/queries the v3.0 tool's)
+        "mode": [("summary.json", dig(summary, "mode")), (params_from, dig(params, "run", "mode")),
+                 ("metadata args.benchmark_mode", dig(meta, "args", "benchmark_mode")),
+                 ("metadata args.run_mode", dig(meta, "args", "run_mode")),
+                 ("metadata benchmark_mode", dig(meta, "benchmark_mode"))],
+        "queries": [("summary.json queries_requested", as_int(dig(summary, "queries_requested"))),
+                    (params_from, as_int(dig(params, "run", "queries"))),
+                    ("metadata args.queries", as_int(dig(meta, "args", "queries"))),
+                    ("metadata queries", as_int(dig(meta, "queries")))],
     }[name]
     for where, found in sources:
         if found is not None and found != "":

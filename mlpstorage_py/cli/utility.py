@@ -33,6 +33,9 @@ def validate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--submitters", metavar="A,B", help="check only these organizations")
     p.add_argument("--reference-checksum", metavar="MD5",
                    help="the sanctioned release's md5-tree-v2 digest, when not yet in code-images/reference-digests.yaml")
+    p.add_argument("--letter", action="store_true",
+                   help="judge the sentences the v3.0 review did not enforce as written (INVALID, not WARNING); "
+                        "see Rules.md Calibrations")
 
 
 def validate(args: Args) -> int:
@@ -57,7 +60,7 @@ def validate(args: Args) -> int:
     if bad:
         raise UsageError(f"--submitters: {', '.join(map(repr, bad))} is not an organization name ([A-Za-z0-9._-]+)")
     target = _json_target(args["json"])
-    pkg, findings = checker.validate(root, submitters, reference=digest)
+    pkg, findings = checker.validate(root, submitters, reference=digest, letter=bool(args.get("letter")))
     if args["json"] == "-":
         print(checker.findings_json(pkg, findings))
     else:

@@ -85,6 +85,11 @@ def rule_index() -> list[dict[str, str]]:
     return _load("rule_index.yaml")["rules"]
 
 
+def calibrations() -> dict[str, Any]:
+    """Where the v3.0 review did not enforce a sentence as written (schema mlps-calibrations/1)."""
+    return _load("calibrations.yaml")
+
+
 def storage_env() -> dict[str, Any]:
     """The object-storage environment table (connection variables and Rules 1.2's backend table)."""
     return _load("storage_env.yaml")

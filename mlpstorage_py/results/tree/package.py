@@ -430,6 +430,7 @@ class Package:
     root: Path
     leaves: list[Leaf] = field(default_factory=list)
     reference_digest: str | None = None  # --reference-checksum
+    letter: bool = False  # validate --letter: calibrated sentences judged as written (checker.calibrations)
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
     systems: list[System] = field(default_factory=list)
     _manifests: dict = field(default_factory=dict, repr=False)
