@@ -16,13 +16,10 @@ import sys
 import time
 from typing import Any
 
-import yaml
-
 from mlpstorage_py.cli.command import Args, results_dir
 from mlpstorage_py.cli.common import mpi_bin_arg, positive_int
 from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.errors import Refused, UsageError, missing_directory
-from mlpstorage_py.rules.configs import source_root
 
 NAMED_LAUNCHERS = ("mpirun", "mpiexec", "srun")  # --mpi-bin by name: this installation's PATH finds them
 
@@ -30,6 +27,10 @@ NAMED_LAUNCHERS = ("mpirun", "mpiexec", "srun")  # --mpi-bin by name: this insta
 @functools.cache
 def program_flags() -> dict[str, str]:
     """configs/tool.yaml history.program_flags: flag -> the parsed setting it fills."""
+    import yaml  # only for a rerun: the parser and --help stay light
+
+    from mlpstorage_py.rules.configs import source_root
+
     with open(source_root() / "configs" / "tool.yaml", encoding="utf-8") as fh:
         return {str(k): str(v) for k, v in yaml.safe_load(fh)["history"]["program_flags"].items()}
 
