@@ -21,7 +21,8 @@ install: $(STAMP) system-deps mpich
 
 # Debian packages the multi-host tests and benches need (simulated client hosts run their own
 # sshd; fio is the benches' reference and `mlpstorage replay`'s engine; chromium loads the `reports html`
-# page headless; bpftrace traces the I/O of `--trace-io` runs). Installed
+# page headless; bpftrace traces the I/O of `--trace-io` runs; pci.ids names the PCI vendor IDs
+# `systems describe` finds in host records, else it leaves them to fill in). Installed
 # only as root and only when missing; elsewhere
 # the tests that need them skip with the reason.
 # slurm-wlm and munge give the launcher tests a one-node Slurm cluster (tests/simslurm.py);
@@ -29,7 +30,8 @@ install: $(STAMP) system-deps mpich
 # `srun --mpi=pmix` cannot wire Open MPI ranks into one world.
 MULTIARCH := $(shell uname -m)-linux-gnu
 SYSTEM_TOOLS := /usr/sbin/sshd:openssh-server /usr/bin/fio:fio /usr/sbin/slurmctld:slurm-wlm /usr/sbin/munged:munge \
-	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev /usr/bin/chromium:chromium /usr/bin/bpftrace:bpftrace
+	/usr/lib/$(MULTIARCH)/pmix2/lib/libpmix.so:libpmix-dev /usr/bin/chromium:chromium /usr/bin/bpftrace:bpftrace \
+	/usr/share/misc/pci.ids:pci.ids
 system-deps:
 	@missing=""; for pair in $(SYSTEM_TOOLS); do [ -e "$${pair%%:*}" ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

@@ -257,9 +257,9 @@ MUTATIONS: dict[str, tuple[Callable[[Path], None], set[tuple[str, str]], bool]] 
     "2.1.7 system yaml malformed": (lambda r: write(systems(r) / "sys1.yaml", "system_under_test: {solution: [\n"),
                                     {("2.1.7", INVALID), ("4.7.3", INVALID), ("4.7.4", INVALID)}, True),
     # cut after "solution:" the YAML still parses; what it lacks is the capabilities block (4.7.x)
-    # and the rest of the description's shape (2.1.7)
+    # and the rest of the description's shape (2.1.7: required blocks absent, which the v3.0 review rejected)
     "4.7.4 system yaml truncated": (lambda r: truncate(systems(r) / "sys1.yaml", 30),
-                                    {("2.1.7", WARNING), ("4.7.3", INVALID), ("4.7.4", INVALID)}, True),
+                                    {("2.1.7", INVALID), ("4.7.3", INVALID), ("4.7.4", INVALID)}, True),
     "2.1.8 stray file in results/": (lambda r: write(org(r) / "results" / "notes.txt", "x"), {("2.1.8", INVALID)}, True),
     "2.1.9 a host changed between runs": (lambda r: edit_json(runs(r)[3] / "summary.json",
                                                               lambda d: d.update(host_cpu_count=[64])), {("2.1.9", INVALID)}, True),

@@ -185,8 +185,10 @@ def test_cloud_rules():
 
 
 def test_validate_reports_the_shape_under_2_1_7(fresh):
-    """On a package: each problem a WARNING on the description, the unfilled fields one; the
-    capabilities of a system with checkpointing results stay 4.7.3's and 4.7.4's."""
+    """On a package: each problem a finding on the description, INVALID where the v3.0 review
+    rejected that shape (a required field absent, storage not itemized, a null where a number
+    belongs); the unfilled fields one; the capabilities of a system with checkpointing results
+    stay 4.7.3's and 4.7.4's."""
     root = fresh()
     path = root / "closed" / "Acme" / "systems" / "sys1.yaml"
     _, findings = checker.validate(root)
@@ -202,12 +204,13 @@ def test_validate_reports_the_shape_under_2_1_7(fresh):
     edit_yaml(path, change)
     _, findings = checker.validate(root)
     shape = [f for f in findings if f.rule == "2.1.7"]
-    assert {(f.severity, f.path) for f in shape} == {(WARNING, str(path))}
+    assert {(f.severity, f.path) for f in shape} == {(INVALID, str(path))}
     messages = [f.message for f in shape]
     assert any("product_nodes is required for an onprem deployment" in m for m in messages)
     assert any("solution.availability is required" in m for m in messages)
     assert any(m.endswith("2 field(s) not filled in (FILL IN or null): system_under_test.solution.friendly_description, "
-                          "system_under_test.clients[0].chassis.memory_capacity") for m in messages)
+                          "system_under_test.clients[0].chassis.memory_capacity; 1 of them where the schema requires "
+                          "a value of its type: system_under_test.clients[0].chassis.memory_capacity") for m in messages)
     assert not any("multi_host" in m for m in messages)  # 4.7.4's on a checkpointing system
     assert ("4.7.4", INVALID) in {(f.rule, f.severity) for f in findings}
     assert len(shape) == 3

@@ -2,9 +2,17 @@
 (rules/system_description.yaml: the working group's fields, nesting and allowed values, the
 fields the v3.0 reviewers added, and the rules across fields both apply).
 
-The edition's text names the file, not its schema, so a shape problem is a WARNING; the rules
-that read a field (4.7.3, 4.7.4, 5.5.1) judge it by their own sentences. Numbers are read as the
-reference's validator reads them: a quoted "2" is 2 (a published description quotes its own).
+The severity follows the v3.0 review (mlcommons/storage_results_v3.0, ApparentProblems.md), whose
+tool reported these shapes as errors: a required field or block absent, a value not of its type or
+allowed values (null where a value is required included), an onprem system with remote storage
+that does not itemize its product_nodes, and a total_rack_units the itemized rack units do not sum
+to. Those are INVALID; the rest of the schema's rules (a field it lacks, the other rules across
+fields, text still holding a FILL IN) are WARNINGs. The rules that read a field (4.7.3, 4.7.4,
+5.5.1) judge it by their own sentences. Numbers are read as the reference's validator reads them:
+a quoted "2" is 2 (a published description quotes its own).
+
+What counts as not filled in has one definition, unfilled_fields, which `systems describe` counts
+with too, so the two report the same number for the same file.
 """
 
 from __future__ import annotations
@@ -36,31 +44,71 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+def _spec(blocks: dict[str, Any], block: str | None, key: Any) -> dict[str, Any] | None:
+    """The schema's spec of a block's field; None for a field it lacks (or an unknown block)."""
+    return blocks[block]["fields"].get(key) if block in blocks else None
+
+
+def _unfilled(value: Any, spec: dict[str, Any] | None, path: str, blocks: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    if value is None:
+        if spec is None or spec["type"] not in ("list", "block") or not spec.get("optional"):
+            yield path, value  # an optional list or block given empty (`sysctl:`) is one left out
+    elif isinstance(value, str):
+        if PLACEHOLDER in value:
+            yield path, value
+    elif isinstance(value, dict):
+        block = spec["of"] if spec is not None and spec["type"] == "block" else None
+        for key, item in value.items():
+            yield from _unfilled(item, _spec(blocks, block, key), _join(path, key), blocks)
+    elif isinstance(value, list):
+        item = spec["of"] if spec is not None and spec["type"] == "list" else None
+        item_spec = {"type": "block", "of": item} if isinstance(item, str) else item
+        for i, entry in enumerate(value):
+            yield from _unfilled(entry, item_spec, f"{path}[{i}]", blocks)
+
+
+def unfilled_fields(doc: Any) -> list[tuple[str, Any]]:
+    """(path, value) of every field of a description not filled in, in document order: text
+    holding the FILL IN mark, or null where a value belongs (a scalar, a required block or list,
+    a field the schema lacks). The one definition describe and validate both count with."""
+    return list(_unfilled(doc, {"type": "block", "of": "document"}, "", table()["blocks"]))
+
+
 class Shape:
-    """One description's problems ("path what is wrong") and the fields not filled in: a FILL IN
-    placeholder, or a field given as null (where describe writes `null  # FILL IN: ...`)."""
+    """One description's problems ("path what is wrong"), those of them the v3.0 review rejected
+    (rejected), and the fields not filled in (unfilled, unfilled_fields' paths); rejected_blanks
+    are the unfilled fields the schema itself refuses (null where a value is required, a FILL IN
+    where a number, true/false or a listed value belongs)."""
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
         self.blocks = table()["blocks"]
         self.skip = skip
         self.problems: list[str] = []
+        self.rejected: list[str] = []
         self.unfilled: list[str] = []
+        self.rejected_blanks: list[str] = []
 
-    def add(self, path: str, message: str) -> None:
+    def add(self, path: str, message: str, rejected: bool = False) -> None:
         self.problems.append(f"{path} {message}")
+        if rejected:
+            self.rejected.append(self.problems[-1])
+
+    def blank(self, path: str) -> None:
+        if path not in self.rejected_blanks:
+            self.rejected_blanks.append(path)
 
     def need(self, mapping: dict[str, Any], key: str, path: str, why: str) -> None:
-        """A field a rule across fields requires: absent (or an empty list) is a problem, null is unfilled."""
-        if key not in mapping or mapping[key] == []:
+        """A field a rule across fields requires: absent, or a list or block given empty, is a
+        problem the review did not cite (a WARNING); a null scalar is among the unfilled fields."""
+        value = mapping.get(key)
+        if key not in mapping or value == [] or (value is None and key in ("networking", "power", "traffic")):
             self.add(_join(path, key), f"is required {why}")
-        elif mapping[key] is None and _join(path, key) not in self.unfilled:
-            self.unfilled.append(_join(path, key))
 
     def block(self, value: Any, name: str, path: str) -> None:
         if path in self.skip:
             return
         if not isinstance(value, dict):
-            self.add(path or "the document", f"is {_kind(value)}, not a mapping")
+            self.add(path or "the document", f"is {_kind(value)}, not a mapping", rejected=True)
             return
         spec = self.blocks[name]
         for field, field_spec in spec["fields"].items():
@@ -76,12 +124,13 @@ class Shape:
     def field(self, value: Any, spec: dict[str, Any], path: str, present: bool = True) -> None:
         if value is None:
             if not present and not spec.get("optional"):
-                self.add(path, "is required")
+                self.add(path, "is required", rejected=True)
             elif not spec.get("optional"):
-                self.unfilled.append(path)
+                self.blank(path)
             return
         if isinstance(value, str) and PLACEHOLDER in value:
-            self.unfilled.append(path)
+            if spec["type"] != "str":
+                self.blank(path)
             return
         kind = spec["type"]
         if kind == "block":
@@ -93,10 +142,11 @@ class Shape:
 
     def _list(self, value: Any, spec: dict[str, Any], path: str) -> None:
         if not isinstance(value, list):
-            self.add(path, f"is {_kind(value)}, not a list")
+            self.add(path, f"is {_kind(value)}, not a list", rejected=True)
             return
         if len(value) < spec.get("min_items", 0):
-            self.add(path, f"needs at least {spec['min_items']} entr{'y' if spec['min_items'] == 1 else 'ies'}")
+            self.add(path, f"needs at least {spec['min_items']} entr{'y' if spec['min_items'] == 1 else 'ies'}",
+                     rejected=True)
         item = spec["of"]
         for i, entry in enumerate(value):
             if isinstance(item, str):
@@ -105,25 +155,30 @@ class Shape:
                 self.field(entry, item, f"{path}[{i}]")
 
     def _scalar(self, value: Any, spec: dict[str, Any], path: str) -> None:
+        """A value not of its type, or outside its allowed values or bounds: the review's tool
+        rejects each ("Input should be a valid ...")."""
         kind, low = spec["type"], spec.get("min")
+        wrong = None
         if kind == "str":
             if not isinstance(value, str):
-                self.add(path, f"is {value!r}, not a string (quote it)")
+                wrong = f"is {value!r}, not a string (quote it)"
             elif len(value.strip()) < low:
-                self.add(path, "is empty")
+                wrong = "is empty"
         elif kind == "bool":
             if not isinstance(value, bool):
-                self.add(path, f"is {value!r}, not true or false")
+                wrong = f"is {value!r}, not true or false"
         elif kind == "enum":
             allowed = {str(v).casefold() for v in spec["values"]}
             if not isinstance(value, str) or value.casefold() not in allowed:
-                self.add(path, f"is {value!r}, not one of {', '.join(map(str, spec['values']))}")
+                wrong = f"is {value!r}, not one of {', '.join(map(str, spec['values']))}"
         else:
             number = as_int(value) if kind == "int" else as_number(value)
             if number is None or not math.isfinite(number):
-                self.add(path, f"is {value!r}, not {'a whole number' if kind == 'int' else 'a number'}")
+                wrong = f"is {value!r}, not {'a whole number' if kind == 'int' else 'a number'}"
             elif low is not None and number < low:
-                self.add(path, f"is {value!r}, less than {low}")
+                wrong = f"is {value!r}, less than {low}"
+        if wrong:
+            self.add(path, wrong, rejected=True)
 
     def _power_rule(self, power: dict[str, Any], path: str) -> None:
         """The reference's rule 12: no more PSUs must be active than are installed."""
@@ -186,7 +241,7 @@ class Shape:
         if remote and not groups["product_nodes"]:
             self.add(f"{path}.product_nodes", f"is required for an onprem deployment when storage_location is {location!r}: "
                                               "the storage hardware and its power supplies must be itemized (the results "
-                                              "table's Provisioned Power (W) is derived from them)")
+                                              "table's Provisioned Power (W) is derived from them)", rejected=True)
 
     def _cloud(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str) -> None:
         for key in ("product_switches", "rack_power_supplies"):
@@ -214,28 +269,41 @@ class Shape:
         if total != node_units + switch_units:
             self.add(f"{path}.total_rack_units", f"is {total}, but the itemized rack units sum to {node_units + switch_units} "
                                                  f"(product_nodes {node_units} + product_switches {switch_units}; clients "
-                                                 "are excluded)")
+                                                 "are excluded)", rejected=True)
 
 
 def check(doc: Any, skip: frozenset[str] = frozenset()) -> Shape:
-    """The shape of one parsed description; skip names blocks other rules judge."""
+    """The shape of one parsed description; skip names blocks other rules judge (their fields
+    still count among the unfilled ones, which are the whole document's)."""
     shape = Shape(skip)
     shape.block(doc, "document", "")
+    shape.unfilled = [path for path, _ in unfilled_fields(doc)]
     return shape
 
 
+def _listed(paths: list[str]) -> str:
+    more = len(paths) - SHOWN
+    return f"{', '.join(paths[:SHOWN])}{f' and {more} more' if more > 0 else ''}"
+
+
 def description_shape(r: Rule, path: Path) -> Iterator[Finding]:
-    """2.1.7 WARNINGs for one parsed systems/<system>.yaml: a problem each, and one for the fields
-    not filled in. The capabilities of a system with checkpointing results are 4.7.3's and 4.7.4's."""
+    """2.1.7 findings for one parsed systems/<system>.yaml: a problem each, INVALID where the v3.0
+    review rejected that shape, else a WARNING; and one for the fields not filled in, INVALID when
+    the schema refuses any of them. The capabilities of a system with checkpointing results are
+    4.7.3's and 4.7.4's."""
     doc, problem = load_yaml(path)
     if problem is not None:
         return
     checkpointing = real_dir(path.parent.parent / "results" / path.stem / "checkpointing")
     shape = check(doc, frozenset({CAPABILITIES}) if checkpointing else frozenset())
+    rejected = set(shape.rejected)
     for message in shape.problems:
-        yield r.warning(path, f"system description: {message}")
+        yield (r.invalid if message in rejected else r.warning)(path, f"system description: {message}")
     if shape.unfilled:
-        more = len(shape.unfilled) - SHOWN
-        yield r.warning(path, f"system description: {len(shape.unfilled)} field(s) not filled in "
-                              f"({PLACEHOLDER} or null): {', '.join(shape.unfilled[:SHOWN])}"
-                              f"{f' and {more} more' if more > 0 else ''}")
+        message = (f"system description: {len(shape.unfilled)} field(s) not filled in ({PLACEHOLDER} or null): "
+                   f"{_listed(shape.unfilled)}")
+        if shape.rejected_blanks:
+            yield r.invalid(path, f"{message}; {len(shape.rejected_blanks)} of them where the schema requires a value "
+                                  f"of its type: {_listed(shape.rejected_blanks)}")
+        else:
+            yield r.warning(path, message)

@@ -124,11 +124,31 @@ def _norm(text: Any) -> str:
     return " ".join(str(text).split()).casefold()
 
 
+# The mount points that make a device the host's boot drive.
+BOOT_MOUNTS = frozenset({"/", "/boot", "/boot/efi"})
+
+
+def is_boot_drive(device: dict[str, Any]) -> bool:
+    """The record says this device boots the host: a `boot` flag, or a `mounts` list holding the
+    root or boot file system. The published descriptions leave a client's boot drive out."""
+    if isinstance(device.get("boot"), bool):
+        return device["boot"]
+    mounts = device.get("mounts")
+    return isinstance(mounts, list) and any(str(m) in BOOT_MOUNTS for m in mounts)
+
+
+def knows_boot_drive(devices: list[dict[str, Any]]) -> bool:
+    """Whether the survey said of these devices which one boots (a record from before it did says nothing)."""
+    return any("boot" in d or "mounts" in d for d in devices)
+
+
 def _drive_groups(recorded: list[dict[str, Any]], described: list[Any]) -> list[str]:
-    """Each described drive model is on the host as many times as its unit_count says; a drive
-    the description leaves out is not (the schema asks for boot drives to be left out), and a
-    device whose model the host did not report may be any described one."""
+    """Each described drive model is on the host as many times as its unit_count says, give or
+    take its boot drives (the description may leave them out, as describe does); a drive the
+    description leaves out is not, and a device whose model the host did not report may be any
+    described one."""
     have = Counter(_norm(d.get("model")) for d in recorded if _known(d.get("model")))
+    data = Counter(_norm(d.get("model")) for d in recorded if _known(d.get("model")) and not is_boot_drive(d))
     unknown = sum(1 for d in recorded if not _known(d.get("model")))
     want: Counter[str] = Counter()
     named: dict[str, str] = {}
@@ -137,7 +157,7 @@ def _drive_groups(recorded: list[dict[str, Any]], described: list[Any]) -> list[
             want[_norm(group["model_name"])] += _count(group["unit_count"])
             named.setdefault(_norm(group["model_name"]), str(group["model_name"]))
     return [f"drives of model {named[model]!r}: {have[model]} recorded (described {count})"
-            for model, count in sorted(want.items()) if have[model] > count or have[model] + unknown < count]
+            for model, count in sorted(want.items()) if data[model] > count or have[model] + unknown < count]
 
 
 def _devices(recorded: list[dict[str, Any]], described: list[Any]) -> list[str]:

@@ -23,14 +23,19 @@ from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.links import make_dirs
 from mlpstorage_py.rules.tables import system_description
 from mlpstorage_py.results import host_sidecar
-from mlpstorage_py.results.host_profile import KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records
+from mlpstorage_py.results.host_profile import (KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records, is_boot_drive,
+                                                 knows_boot_drive)
+from mlpstorage_py.checker.system_schema import unfilled_fields
+from mlpstorage_py.results.tree import fast_yaml
+from mlpstorage_py.systems import hardware
 
 ONPREM_ONLY = "onprem only: delete it for a cloud deployment"
 HEADER = """\
 # systems/{system}.yaml: written by `mlpstorage systems describe` from the host records of {runs} run(s),
 # in the published description schema. Replace every {mark} value; the client facts must stay what the
 # runs recorded (Rules 2.1.9). Delete what does not apply: every rack_units, power and total_rack_units
-# for a cloud deployment; product_nodes for storage inside the client nodes; a client's boot drives.
+# for a cloud deployment; product_nodes for storage inside the client nodes; a client's boot drives
+# (left out already where the runs recorded which device boots).
 # {sidecar} beside it lists each host's devices and queue settings (validate compares them too).
 """
 
@@ -41,6 +46,28 @@ class Blank:
 
     def __init__(self, hint: str) -> None:
         self.hint = hint
+
+
+class Note:
+    """A value written with a YAML comment after it: what the host reported that the value
+    cannot state (a raw PCI vendor ID beside the FILL IN that replaces it)."""
+
+    def __init__(self, value: Any, comment: str) -> None:
+        self.value, self.comment = value, comment
+
+
+class Key(str):
+    """A mapping key written with a comment line above it (the key itself is the plain string)."""
+
+    def __new__(cls, key: str, comment: str) -> "Key":
+        made = super().__new__(cls, key)
+        made.comment = comment
+        return made
+
+
+def _plain(value: Any) -> Any:
+    """What a Blank or Note stands for when identical drive groups and clients are compared."""
+    return value.hint if isinstance(value, Blank) else [value.value, value.comment]
 
 
 def fill(hint: str) -> str:
@@ -96,23 +123,48 @@ def _template_port() -> dict[str, Any]:
     return _port({"unit_count": Blank("ports like this"), "type": None, "state": "up", "speed": None})
 
 
+def _media(device: dict[str, Any]) -> str:
+    """HDD for a rotational drive; a virtual disk's rotational flag is the hypervisor's choice,
+    not its media, so that, like a flash drive's cell type, is the submitter's to say."""
+    virtual = hardware.virtual_kind(device)
+    if virtual:
+        return fill(f"{choices('drive', 'media_type')}: a virtual disk ({virtual}), whose rotational flag "
+                    "says nothing of the media behind it")
+    return {True: "HDD", False: fill("TLC | QLC | other: the NAND cell type")}.get(device.get("rotational")) \
+        or fill(choices("drive", "media_type"))
+
+
+def _vendor(device: dict[str, Any]) -> str | Note:
+    """The drive's vendor name; a raw PCI ID is named from pci.ids, else left to fill in beside it."""
+    name, why = hardware.vendor_name(device.get("vendor"))
+    if name:
+        return name
+    return Note(fill("the drive's vendor"), why) if why else fill("the drive's vendor")
+
+
 def _drives(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The host's block devices as the schema's drive groups: one per vendor, model, interface,
     media and base-10 capacity, with its unit_count. An NVMe name says its interface, a rotational
-    device is an HDD; the rest is the submitter's to say."""
+    device that is not virtual is an HDD; the rest is the submitter's to say. A boot drive is
+    left out (the published descriptions omit them; the sidecar still lists it)."""
     groups: dict[str, dict[str, Any]] = {}
     for device in devices:
+        if is_boot_drive(device):
+            continue
         size = device.get("size_gib")
-        media = {True: "HDD", False: fill("TLC | QLC | other: the NAND cell type")}.get(device.get("rotational"))
-        drive = {"unit_count": 0, "vendor_name": device.get("vendor") or fill("the drive's vendor"),
+        drive = {"unit_count": 0, "vendor_name": _vendor(device),
                  "model_name": device.get("model") or fill("the drive's model"),
                  "interface": "nvme" if str(device.get("name")).startswith("nvme") else fill("SAS | SATA | other"),
-                 "media_type": media or fill(choices("drive", "media_type")),
+                 "media_type": _media(device),
                  "capacity_in_GB": round(size * 2 ** 30 / 1e9) if isinstance(size, (int, float)) and size > 0
                  else Blank("base-10 GB of one drive")}
-        key = json.dumps({k: v for k, v in drive.items() if k != "unit_count"}, sort_keys=True, default=lambda b: b.hint)
+        key = json.dumps({k: v for k, v in drive.items() if k != "unit_count"}, sort_keys=True, default=_plain)
         groups.setdefault(key, drive)["unit_count"] += 1
     return list(groups.values())
+
+
+UNKNOWN_BOOT = ("the drives the runs recorded: they did not record which one boots the host, so delete the boot "
+                "drive's group (the published descriptions leave boot drives out)")
 
 
 def _client(profile: dict[str, Any]) -> dict[str, Any]:
@@ -130,8 +182,9 @@ def _client(profile: dict[str, Any]) -> dict[str, Any]:
                     "memory_capacity": profile["memory_capacity"] or Blank("memory in GiB"),
                     "power": _power()},
         "networking": [_port(n) for n in profile["networking"]] or [_template_port()]}
-    if profile["drives"]:
-        client["drives"] = _drives(profile["drives"])
+    drives = _drives(profile["drives"] or [])
+    if drives:
+        client[Key("drives", UNKNOWN_BOOT) if not knows_boot_drive(profile["drives"]) else "drives"] = drives
     client["operating_system"] = {"name": profile["os_name"] or fill("the OS name"),
                                   "version": profile["os_version"] or fill("the OS version")}
     for field, values in (("environment", profile["environment"]), ("sysctl", sysctl)):
@@ -158,7 +211,7 @@ def _product_node() -> dict[str, Any]:
 
 
 def _key(client: dict[str, Any]) -> str:
-    return json.dumps(client, sort_keys=True, default=lambda b: b.hint)
+    return json.dumps(client, sort_keys=True, default=_plain)
 
 
 def gather(pkg: Package, system: str, division: str | None) -> dict[tuple[str, str], list[Leaf]]:
@@ -201,27 +254,48 @@ def document(system: str, leaves: list[Leaf], records: list[dict[str, Any]]) -> 
         "clients": clients}}
 
 
+def _scalar(value: Any) -> str:
+    """One scalar as YAML writes it on a line of its own (quoted where it must be)."""
+    return yaml.safe_dump(value, allow_unicode=True, width=1 << 20).removesuffix("\n").removesuffix("\n...")
+
+
 def render(doc: dict[str, Any], header: str) -> str:
-    """YAML text; each Blank becomes `null  # FILL IN: hint`."""
-    hints: list[str] = []
+    """YAML text; each Blank becomes `null  # FILL IN: hint`, each Note its value and `# comment`,
+    each Key its key under a `# comment` line."""
+    marks: list[Any] = []
 
     class Dumper(yaml.SafeDumper):
         pass
 
-    def blank(dumper: yaml.SafeDumper, value: Blank) -> yaml.Node:
-        hints.append(value.hint)
-        return dumper.represent_scalar("tag:yaml.org,2002:str", f"BLANK{len(hints) - 1}X")
+    def marked(dumper: yaml.SafeDumper, value: Any) -> yaml.Node:
+        marks.append(value)
+        return dumper.represent_scalar("tag:yaml.org,2002:str", f"MARK{len(marks) - 1}X")
 
-    Dumper.add_representer(Blank, blank)
+    def written(found: re.Match) -> str:
+        value = marks[int(found.group(2))]
+        if isinstance(value, Key):  # the comment on a line of its own, indented as the key
+            return f"{' ' * len(found.group(1))}# {value.comment}\n{found.group(1)}{str(value)}"
+        if isinstance(value, Note):
+            return f"{found.group(1)}{_scalar(value.value)}  # {value.comment}"
+        return f"{found.group(1)}null  # {PLACEHOLDER}: {value.hint}"
+
+    for kind in (Blank, Note, Key):
+        Dumper.add_representer(kind, marked)
     Dumper.ignore_aliases = lambda self, data: True  # every template block written out in full
     text = yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=120)
-    text = re.sub(r"BLANK(\d+)X", lambda m: f"null  # {PLACEHOLDER}: {hints[int(m.group(1))]}", text)
+    text = re.sub(r"^( *(?:- )?(?:[^\s#][^\n]*?: )?)MARK(\d+)X", written, text, flags=re.MULTILINE)
     return header + text
 
 
 def unfilled(text: str) -> list[str]:
-    """The lines of a description that still hold a placeholder."""
-    return [line.strip() for line in text.splitlines() if PLACEHOLDER in line and not line.lstrip().startswith("#")]
+    """The fields of a description not filled in, `<field>: <value>` each, by the definition
+    validate's 2.1.7 counts with (system_schema.unfilled_fields); none for text that does not parse."""
+    try:
+        doc = fast_yaml.load(text, aliases=False)
+    except (yaml.YAMLError, RecursionError):
+        return []
+    return [f"{path.rpartition('.')[2]}: {'null' if value is None else _scalar(value)}"
+            for path, value in unfilled_fields(doc)]
 
 
 def write(path: Path, text: str, force: bool) -> None:
