@@ -1,6 +1,6 @@
 """Issue 25 on the KV cache: a partial failure is a 6.3.4.1 finding naming the missing ranks, in
 reportgen's Issues and in `mlpstorage status`; the row publishes the latest error-free run and
-names the ones it drops, is withheld when blank, reads the older kvcache_run_summary name; and an
+names the ones it drops, is withheld when blank or under the older kvcache_run_summary name; and an
 Option's columns are those of the model and memory tiers it ran (FarmGPU's OPEN
 llama3.1-70b-instruct run, v3.0-0178, is the published case these leaves are shaped on)."""
 
@@ -197,17 +197,21 @@ def test_a_row_with_no_figure_is_withheld_and_says_why(fresh):
     assert [f.severity for f in findings(root, "6.3.4.5")] == [INVALID]  # validate: no headline result
 
 
-def test_the_older_summary_name_is_read_and_named(fresh):
-    """ZettaLane's leaf: its aggregate under kvcache_run_summary_<ts>.json (the name Rules 6.3.4 uses)."""
+def test_the_older_summary_name_is_withheld_and_named(fresh):
+    """ZettaLane's leaf: its aggregate under kvcache_run_summary_<ts>.json (the name Rules 6.3.4 uses),
+    whose row the v3.0 review withheld: reportgen withholds it too, and validate says so."""
     root = fresh(**KV_ONLY)
     [leaf] = kv_runs(root)
-    read_bw = json.loads((leaf / "summary.json").read_text())["options"]["1"]["aggregated_read_bandwidth_gbps"]
-    (leaf / "summary.json").rename(leaf / f"kvcache_run_summary_{leaf.name}.json")
+    older = f"kvcache_run_summary_{leaf.name}.json"
+    (leaf / "summary.json").rename(leaf / older)
     regenerate(root)
-    assert kv_row(root)["KVCache llama3.1-8b Storage Only - Read B/W (GiB/s)"] == read_bw
+    org = json.loads((root / "closed/Acme/results/results.json").read_text())
+    assert not [r for r in org["rows"] if r["Benchmark Type"] == "KVCache"]
+    [withheld] = org["withheld"]
+    assert older in withheld["why"] and f"rename {older} to summary.json" in withheld["why"]
     found = findings(root, "6.3.4.5")
-    assert [(f.severity, Path(f.path).name) for f in found] == [(WARNING, f"kvcache_run_summary_{leaf.name}.json")]
-    assert "rename it summary.json" in found[0].message
+    assert [(f.severity, Path(f.path).name) for f in found] == [(WARNING, older)]
+    assert f"rename {older} to summary.json" in found[0].message and "withholds" in found[0].message
     assert not [f for f in findings(root, "6.3.4.1") if f.severity == INVALID]
 
 

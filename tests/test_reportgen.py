@@ -38,7 +38,8 @@ def test_training_read_bandwidth_on_published_runs(realdata_copy, workload):
     reportgen.generate(realdata_copy)
     result = json.loads((realdata_copy / workload / "run" / "results.json").read_text())
     assert result["figures"]["read_bw_gib_s"] == pytest.approx(expected_read_bw(realdata_copy / workload / "run"), abs=1e-9)
-    assert result["issues"] == []
+    # no issue but the notes of cells taken from a fallback in the leaf's own files (leaf_cells)
+    assert [i for i in result["issues"] if not i.startswith(("Code from", "Accelerator Type"))] == []
     runs = sorted(p.name for p in (realdata_copy / workload / "run").iterdir() if p.is_dir())
     assert result["figures"]["warmup_run"] == runs[0] and result["figures"]["measured_runs"] == runs[1:]
     au = [statistics.fmean(json.loads((realdata_copy / workload / "run" / r / "summary.json").read_text())

@@ -16,6 +16,23 @@ from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
 
 
+# --- the aggregate under its older name --------------------------------------------------------------
+
+def older_aggregate(leaf: Leaf) -> str | None:
+    """The name of the leaf's KV aggregate when it is not summary.json but kvcache_run_summary[_<ts>].json,
+    the name older tool versions wrote; None otherwise. validate warns on it (6.3.4.5) and reportgen
+    withholds the row, as the v3.0 review did: one test, one sentence (older_aggregate_text)."""
+    found = leaf.record("summary").path if leaf.benchmark == FAMILY else None
+    return found.name if found is not None and found.name.startswith("kvcache_run_summary") else None
+
+
+def older_aggregate_text(name: str) -> str:
+    """What validate and reportgen both say of an aggregate under the older name, and the fix."""
+    return (f"the aggregate is {name}, the name older tool versions wrote; the reference reads only summary.json, "
+            f"so the v3.0 review withheld such a row and `reports reportgen` withholds it from results.csv/json: "
+            f"rename {name} to summary.json")
+
+
 # --- 6.3.4 aggregation -----------------------------------------------------------------------------
 
 @dataclass
@@ -199,12 +216,9 @@ def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     kv = yield from judged_with(r, leaf, "summary", "no headline result")
     if kv is None:
         return
-    found = leaf.record("summary").path
-    older = found.name if found is not None else ""
-    if older.startswith("kvcache_run_summary"):
-        yield r.warning(leaf.path_of("summary"),
-                        f"the aggregate was read from {older}, the name older tool versions wrote; the reference's "
-                        "report generator reads only summary.json and withholds the row: rename it summary.json")
+    older = older_aggregate(leaf)
+    if older:
+        yield r.warning(leaf.path_of("summary"), older_aggregate_text(older))
     total = as_int(dig(kv.summary, "total_ranks"))
     if total is None:
         yield r.invalid(leaf.path_of("summary"), "summary.json states no total_ranks for the headline")

@@ -8,7 +8,12 @@ Option's figures go to, and when it is withheld.
   only when the model and memory tiers it ran are that Option's of Table KVCache-1; otherwise in
   columns of its own, labelled by the model it ran and its Option, never another model's.
 - Withheld: a row whose every KV figure would be blank is not published (the fixed layout has no
-  cell to say why); reportgen records why instead.
+  cell to say why); reportgen records why instead. So is a row whose run holds its aggregate only
+  under the older name kvcache_run_summary[_<ts>].json: the reference reads only summary.json and
+  the v3.0 review withheld that row (ZettaLane's); validate's 6.3.4.5 warning says the same.
+- Units: the *_bandwidth_gbps figures are GiB/s (2^30 bytes per second of the trial's elapsed
+  time, kv-cache.py's tier_storage_*_bandwidth_gbps summed over ranks), the unit of the
+  "Read/Write B/W (GiB/s)" columns: copied unchanged, no conversion.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 from mlpstorage_py.checker.kv_failures import partial_failure
 from mlpstorage_py.checker.rules_kvcache import Kv, option_table
+from mlpstorage_py.checker.rules_kvcache_aggregate import older_aggregate, older_aggregate_text
 from mlpstorage_py.report.table import KV_GROUPS, KV_METRICS
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_number
@@ -48,6 +54,8 @@ def run_problem(leaf: Leaf) -> str | None:
     summary = leaf.summary
     if summary is None:
         return f"summary.json unreadable: {leaf.broken('summary')}" if leaf.broken("summary") else "no summary.json"
+    if older_aggregate(leaf):
+        return f"no summary.json: the aggregate is {older_aggregate(leaf)}"
     lost = partial_failure(summary)
     return f"partial failure: {lost.text()}" if lost is not None else None
 
@@ -62,7 +70,8 @@ def choose(runs: list[tuple[Leaf, bool, str]]) -> tuple[Leaf | None, list[str]]:
     ordered = sorted(runs, key=lambda r: r[0].path.name)
     problems = {leaf.path.name: _problem(leaf, finished, state) for leaf, finished, state in ordered}
     clean = [leaf for leaf, finished, _ in ordered if finished and problems[leaf.path.name] is None]
-    flagged = [leaf for leaf, finished, _ in ordered if finished and leaf.summary is not None]
+    summed = [leaf for leaf, finished, _ in ordered if finished and leaf.summary is not None]
+    flagged = [leaf for leaf in summed if not older_aggregate(leaf)] or summed  # an older name is withheld (kv_row)
     chosen = clean[-1] if clean else (flagged[-1] if flagged else None)
     issues = []
     if chosen is not None and problems[chosen.path.name]:
@@ -125,6 +134,10 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
     if chosen is None:
         out.withheld = ("no run of this workload is finished with a summary: "
                         + "; ".join(f"{leaf.path.name} ({_problem(leaf, finished, state)})" for leaf, finished, state in runs))
+        return out
+    older = older_aggregate(chosen)
+    if older:
+        out.withheld = f"{chosen.path.name}: {older_aggregate_text(older)}"
         return out
     kv = Kv(chosen)
     options = (chosen.summary or {}).get("options")

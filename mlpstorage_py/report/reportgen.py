@@ -13,7 +13,7 @@ from mlpstorage_py.results.tree import files, shares
 from mlpstorage_py.results.tree.package import Leaf, Package, System
 from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
-from mlpstorage_py.report import figures, kv_rows, manifest, table
+from mlpstorage_py.report import figures, kv_rows, leaf_cells, manifest, table
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
@@ -65,24 +65,24 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
                            "Model": table.MODEL_LABELS.get(first.model, ""), "Rules Edition": edition,
                            "Comparability Class": klass}
     row.update(table.system_columns(pkg.root / division / org, first.system))
-    code = table.code_cell(first.pointer)
+    code, code_note = leaf_cells.code(pkg, first)
+    notes = [code_note]  # where a cell came from a fallback in the leaf's own files (leaf_cells)
     logs = table.link(first.system, rel)
     hosts = max((table.leaf_hosts(l) or 0) for l in leaves) or None
-    meta = first.metadata or {}
     if first.benchmark == "training":
         values, issues = figures.training(leaves)
-        row.update({"Training - Accelerator Type": meta.get("accelerator"), "Training - # Client Nodes": hosts,
+        accelerator, note = leaf_cells.accelerator(first)
+        notes.append(note)
+        row.update({"Training - Accelerator Type": accelerator, "Training - # Client Nodes": hosts,
                     "Training - Code": code, "Training - Logs": logs,
                     "Training - # Simulated Accelerators": (first.summary or {}).get("num_accelerators"),
                     "Training - Read B/W (GiB/s)": values["read_bw_gib_s"]})
     elif first.benchmark == "checkpointing":
         values, issues = figures.checkpointing(leaves)
-        par = ((meta.get("parameters") or {}).get("model") or {}).get("parallelism") or {}
-        unit = int(par.get("tensor", 1)) * int(par.get("pipeline", 1))
-        ranks = (first.summary or {}).get("num_accelerators")
-        row.update({"Checkpointing - Checkpoint Mode": "subset" if (meta.get("args") or {}).get("checkpoint_subset") else "default",
-                    "Checkpointing - # Client Nodes": hosts,
-                    "Checkpointing - DP Instances": ranks // unit if isinstance(ranks, int) and unit else None,
+        (mode, mode_note), (dp, dp_note) = leaf_cells.checkpoint_mode(first), leaf_cells.dp_instances(first)
+        notes += [mode_note, dp_note]
+        row.update({"Checkpointing - Checkpoint Mode": mode, "Checkpointing - # Client Nodes": hosts,
+                    "Checkpointing - DP Instances": dp,
                     "Checkpointing - Code": code, "Checkpointing - Logs": logs,
                     "Checkpointing - Write B/W (GiB/s)": values["write_bw_gib_s"],
                     "Checkpointing - Write Duration (secs)": values["write_duration_s"],
@@ -99,6 +99,8 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
     elif kv is not None:
         values, issues = kv.figures, kv.issues
         row.update({"KVCache - # Client Nodes": hosts, "KVCache - Code": code, "KVCache - Logs": logs, **kv.cells})
+    issues = [*issues, *(n for n in notes if n)]
+    row = {column: table.tidy(value) for column, value in row.items()}
     row["Issues"] = issues
     # runs a killed or failed leaf never counts in; a KV row names those it dropped apart
     detail = {"result": rel, "runs": [l.path.name for l in runs if _finished(l)], "figures": values, "issues": issues}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 import html
 import io
+import math
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.results import code_image
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.report import sut_cells
@@ -42,6 +42,7 @@ MODEL_LABELS = {"unet3d": "Unet3D", "retinanet": "RetinaNet", "llama3-8b": "8B",
 BENCHMARK_LABELS = {"training": "Training", "checkpointing": "Checkpointing", "vector_database": "VDB",
                     "kv_cache": "KVCache"}
 SYSTEM_YAML_LIMIT = 256 << 10  # bytes: the published descriptions are at most 12 KB, and a cell repeats in every row
+SHORT_DIGITS = 12  # tidy: a decimal this short plus noise past the 15th digit is that decimal
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
 
 
@@ -77,14 +78,19 @@ def link(text: str, href: str) -> Link | str:
     return Link(text=text, href=href) if inside else text
 
 
-def code_cell(pointer: str | None) -> Link | str:
-    """A leaf's Code cell: the code image its .mlps-code-image names, linked to the pool; "unknown"
-    where it names none and a plain "malformed" where its text is no pointer (never the text itself)."""
-    text = (pointer or "").strip()
-    if not text:
-        return link("unknown", code_image.POOL_DIR)
-    digest = code_image.parse_pointer(text)
-    return link(code_image.pointer_text(digest), code_image.POOL_DIR) if digest else "malformed"
+def tidy(value: Any) -> Any:
+    """A figure as the table publishes it: the float as computed, less binary representation noise
+    (recall x 100 gives 30.520000000000003; DLIO records a mean of 2.2853939000000003). A float whose
+    15-significant-digit form is a decimal of at most 12 digits is that decimal; any other figure
+    (3.076140817854296) keeps every digit it was read or computed with, as the published tables
+    carry them. NaN and infinities are blank, as there; integers and text as they are."""
+    if not isinstance(value, float):
+        return value
+    if not math.isfinite(value):
+        return None
+    short = f"{value:.15g}"
+    digits = short.split("e")[0].lstrip("-").replace(".", "").strip("0")
+    return float(short) if len(digits) <= SHORT_DIGITS else value
 
 
 def leaf_hosts(leaf: Leaf) -> int | None:
