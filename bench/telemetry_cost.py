@@ -1,5 +1,5 @@
 """What the rank reporter with host telemetry costs: CPU seconds per second of a process running a
-real launch/rank_progress.py Reporter (progress every `deadline.progress_s`, telemetry/sample.py's
+real telemetry/rank_progress.py Reporter (progress every `deadline.progress_s`, telemetry/sample.py's
 Sampler every `deadline.telemetry_s`, the defaults of configs/tool.yaml, as on each host's first
 rank), against the same process idle without it, interleaved. Goal: at most 1 % of one core.
 
@@ -50,7 +50,7 @@ def worker(rounds: int, window: float, offset: float, threads: int, children: in
            telemetry_s: float) -> None:
     """The measured process: rounds of (reporter window, idle window), order turning; writes a
     mark line before and after each window and a result line at the end, on stdout."""
-    from mlpstorage_py.launch.rank_progress import Reporter
+    from mlpstorage_py.telemetry.rank_progress import Reporter
 
     stop = threading.Event()
     idle = [threading.Thread(target=stop.wait, daemon=True) for _ in range(threads)]
@@ -111,7 +111,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from mlpstorage_py.launch.deadline import settings
-    from mlpstorage_py.launch.rank_progress import LOCAL_RANK_VARIABLES, PROGRESS_TAG, TELEMETRY_TAG
+    from mlpstorage_py.telemetry.rank_progress import LOCAL_RANK_VARIABLES, PROGRESS_TAG, TELEMETRY_TAG
 
     progress_s, telemetry_s = settings()["progress_s"], settings()["telemetry_s"]
     if telemetry_s <= 0 or progress_s <= 0:

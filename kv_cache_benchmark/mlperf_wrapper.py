@@ -148,7 +148,7 @@ def start_progress(rank: int) -> None:
     reads and writes in this process are the rank's progress."""
     if str(HERE.parent) not in sys.path:
         sys.path.append(str(HERE.parent))
-    from mlpstorage_py.launch import rank_progress
+    from mlpstorage_py.telemetry import rank_progress
 
     rank_progress.start(rank)
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def finish_progress() -> None:
     """kv-cache.py is done with this rank's share: its last progress line says so."""
-    from mlpstorage_py.launch import rank_progress
+    from mlpstorage_py.telemetry import rank_progress
 
     reporter = rank_progress.current()
     if reporter is not None:

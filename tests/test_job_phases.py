@@ -47,7 +47,7 @@ def test_the_kv_wrapper_prints_the_launchers_line():
 def test_a_rank_prints_its_report_with_rank_host_and_pid(capfd, monkeypatch):
     """The start-up line, then the rank's progress reporter is started for that rank (here a
     stand-in: a real one would report this test process's I/O for the rest of the session)."""
-    from mlpstorage_py.launch import rank_progress
+    from mlpstorage_py.telemetry import rank_progress
 
     started: list[int] = []
     monkeypatch.setattr(rank_progress, "start", started.append)

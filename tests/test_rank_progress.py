@@ -1,4 +1,4 @@
-"""A rank's progress lines (launch/rank_progress.py) in real processes, and the watchdog's rules
+"""A rank's progress lines (telemetry/rank_progress.py) in real processes, and the watchdog's rules
 (launch/watch.py) on the lines, with a clock the test moves (issue 40)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from mlpstorage_py.launch.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
+from mlpstorage_py.telemetry.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
 from mlpstorage_py.launch.watch import Watch
 
 MIB = 2 ** 20
@@ -19,7 +19,7 @@ def rank_lines(tmp_path: Path, body: str, env: dict[str, str] | None = None) -> 
     """Run a process that starts a reporter (every 0.2 s) and then `body`; its progress lines."""
     program = textwrap.dedent(f"""
         import os, subprocess, sys, time
-        from mlpstorage_py.launch import rank_progress
+        from mlpstorage_py.telemetry import rank_progress
         reporter = rank_progress.start(3)
         time.sleep(0.5)
     """) + textwrap.dedent(body) + "\nreporter.finish()\n"
@@ -58,7 +58,7 @@ def test_the_bytes_of_the_rank_and_of_the_processes_it_started_count(tmp_path):
 def test_the_hosts_first_rank_sends_telemetry(tmp_path):
     program = textwrap.dedent("""
         import time
-        from mlpstorage_py.launch import rank_progress
+        from mlpstorage_py.telemetry import rank_progress
         reporter = rank_progress.start(0)
         time.sleep(1.2)
         reporter.finish()

@@ -45,7 +45,7 @@ from importlib import util
 from typing import Any
 
 from mlpstorage_py.launch import rank_temp
-from mlpstorage_py.launch import rank_progress
+from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
 
 _NODE_COMM: Any = None

@@ -36,7 +36,7 @@ from typing import Any, Callable, TypeVar
 
 from mlpstorage_py import __version__
 from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
-from mlpstorage_py.launch import rank_progress
+from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache

@@ -9,7 +9,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from mlpstorage_py.launch import heartbeat, rank_progress
+from mlpstorage_py.launch import heartbeat
+from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, placement
 from mlpstorage_py.rules.configs import source_root
@@ -59,7 +60,7 @@ def telemetry_interval(args: dict[str, Any]) -> float:
 
 
 def reporting(args: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
-    """The ranks' reporter settings (launch/rank_progress.py) in the environment for the block:
+    """The ranks' reporter settings (telemetry/rank_progress.py) in the environment for the block:
     entered before a benchmark plans its commands, so the launcher forwards them to every rank
     on every host by name."""
     return heartbeat.exported({rank_progress.PROGRESS_ENV: f"{settings()['progress_s']:g}",

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 
-from mlpstorage_py.launch import rank_progress
+from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.heartbeat import mark_work, started_line
 
 PR_SET_PDEATHSIG = 1
@@ -46,7 +46,7 @@ def report_started(rank: int | None = None) -> None:
     """One line on stdout: this rank has started (interpreter, imports, MPI). A launcher that is
     gone leaves the pipe without a reader: then the rank ends here instead of working for nobody.
     The rank's work starts here for an I/O tracer too (heartbeat.mark_work), and its progress
-    lines (launch/rank_progress.py) from here on."""
+    lines (telemetry/rank_progress.py) from here on."""
     mark_work()
     rank = env_rank() if rank is None else rank
     try:

@@ -1,4 +1,4 @@
-"""mlpstorage's side of the ranks' progress and the hosts' telemetry (launch/rank_progress.py):
+"""mlpstorage's side of the ranks' progress and the hosts' telemetry (telemetry/rank_progress.py):
 each rank's figures as its lines arrive, the stall watchdog, the live view's text, and each
 host's telemetry written into the leaf as it comes (telemetry/<host>.jsonl).
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from mlpstorage_py.launch.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
+from mlpstorage_py.telemetry.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
 
 MIB = 2 ** 20
 TELEMETRY_DIR = "telemetry"  # in the leaf: <host>.jsonl and bottleneck.json

@@ -36,6 +36,7 @@ from dlio_benchmark.utils.utility import progress
 from PIL import Image
 
 from mlpstorage_py.storage.s3 import call_in_child as _in_child
+from mlpstorage_py.telemetry import rank_progress
 
 READER_CLASS = f"{__name__}.S3dlioReader"
 IMAGE_FORMATS = (FormatType.JPEG, FormatType.PNG)

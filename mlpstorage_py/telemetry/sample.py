@@ -11,7 +11,7 @@ A sample holds counts over its interval (`dt` seconds) so rates are count / dt:
   read and written, busy milliseconds (utilisation) and the time-weighted queue (/proc/diskstats);
 - nfs: per NFS mount, operations and bytes by operation (/proc/self/mountstats), only where there
   is an NFS mount.
-Standard library only: a rank imports it beside the engine (launch/rank_progress.py). Every read
+Standard library only: a rank imports it beside the engine (telemetry/rank_progress.py). Every read
 goes through `read_text`, which counts its bytes, so a rank's progress does not count the
 sampler's own reads of /proc as the rank's I/O.
 """

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.launch import rank_progress
+from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.results import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
