@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except MlpsError as exc:
         if debug:
             traceback.print_exc()
-        print(f"mlpstorage: error: {exc}", file=sys.stderr)
+        from mlpstorage_py.results.tree.untrusted import shown  # a name from a tree stays one line
+
+        print(f"mlpstorage: error: {shown(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # an unexpected bug still ends in one line and a non-zero code
         if debug:

@@ -299,3 +299,20 @@ def test_code_image_check_hashes_no_linked_pool_or_image(fresh, tmp_path, monkey
     assert not [f for f in found if f.rule == "2.1.6" and f.path.startswith(str(linked))]
     (link_finding,) = [f for f in found if f.rule == "1.1" and f.path == str(linked)]
     assert link_finding.severity == "INVALID" and "symbolic link to" in link_finding.message
+
+
+def test_an_error_naming_a_tree_path_prints_control_characters_as_escapes(cli, tmp_path):
+    """The one-line error of every command: a name with an escape sequence (a leaf or org
+    directory from someone's tree) cannot drive the terminal from stderr."""
+    hostile = tmp_path / "leaf\x1b]52;c;cGF5bG9hZA==\x07"
+    result = cli("replay", hostile, "--directory", tmp_path)
+    assert result.rc == 3
+    assert "\x1b" not in result.err and "\x07" not in result.err and "\\x1b]52" in result.err
+
+
+def test_a_host_sidecar_with_yaml_aliases_is_no_sidecar():
+    """systems/<system>.hosts.md travels in packages: an alias nest is refused, not expanded."""
+    from mlpstorage_py.results import host_sidecar
+
+    bomb = "```yaml\nschema: mlps-host-config/1\na: &a [x, x, x]\nb: &b [*a, *a, *a]\nhosts: {h: {drives: *b}}\n```\n"
+    assert host_sidecar.parse(bomb) is None

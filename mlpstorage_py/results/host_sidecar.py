@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from mlpstorage_py.results.tree import fast_yaml
+
 SCHEMA = "mlps-host-config/1"
 SUFFIX = ".hosts.md"
 FENCE = re.compile(r"^```yaml\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -44,8 +46,8 @@ def parse(text: str) -> dict[str, dict[str, Any]] | None:
     this schema (a hand-written Markdown file is no sidecar)."""
     match = FENCE.search(text)
     try:
-        data = yaml.safe_load(match.group(1)) if match else None
-    except yaml.YAMLError:
+        data = fast_yaml.load(match.group(1), aliases=False) if match else None  # a package's: no alias bomb
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("hosts"), dict):
         return None

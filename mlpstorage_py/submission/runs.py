@@ -22,6 +22,7 @@ from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
 from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.tree.run_state import EXTRA
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.submission.leaves import find_leaves, human, image_of, leaf_id, results, size_of
 
 AGE = re.compile(r"^(\d+)([dhm])$")
@@ -115,7 +116,7 @@ def _to_trash(root: Path, paths: list[Path], yes: bool, what: str) -> int:
     """Move each path under one new trash batch, keeping its path relative to the tree."""
     for path in paths:
         _inside(root, path)
-        print(f"{'moving' if yes else 'would move'} {path.relative_to(root).as_posix()} ({human(size_of(path))})")
+        print(f"{'moving' if yes else 'would move'} {shown(path.relative_to(root).as_posix())} ({human(size_of(path))})")
     if not paths:
         print(f"no {what} selected")
         return 0
@@ -145,7 +146,7 @@ def purge(root: Path, yes: bool) -> int:
     trash = private_path(root, TRASH_DIR.name)
     batches = sorted(p for p in trash.iterdir() if TIMESTAMP.match(p.name) and not p.is_symlink()) if trash.is_dir() else []
     for batch in batches:
-        print(f"{'deleting' if yes else 'would delete'} {batch.relative_to(root).as_posix()} ({human(size_of(batch))})")
+        print(f"{'deleting' if yes else 'would delete'} {shown(batch.relative_to(root).as_posix())} ({human(size_of(batch))})")
         if yes:
             shutil.rmtree(batch)  # removes links themselves, never what they point to
     if not batches:

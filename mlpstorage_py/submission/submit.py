@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mlpstorage_py import RULES_EDITION, __version__, checker
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.results.tree.package import PRIVATE_DIR, Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
@@ -202,9 +203,9 @@ def _record(root: Path, entry: dict[str, Any]) -> None:
 def _dry_run(root: Path, org: str, out: Path) -> int:
     files, _, skipped = select(Package.load(root), org)
     for rel, _, size in files:
-        print(f"  {size:>12}  {rel}")
+        print(f"  {size:>12}  {shown(rel)}")
     for rel, why in skipped:
-        print(f"  skipped       {rel} ({why})")
+        print(f"  skipped       {shown(rel)} ({shown(why)})")
     print(f"dry run: {org}-{RULES_EDITION}-<timestamp>.tar.gz in {out} would hold {len(files)} files, "
           f"{human(sum(s for _, _, s in files))}; submit regenerates the rollups and runs the checker first; nothing written")
     return 0
@@ -225,17 +226,17 @@ def submit(root: Path, org_flag: str | None, output_flag: str | None, dry_run: b
     blocking = [f for f in findings if f.severity == INVALID]
     for f in blocking:
         where = os.path.relpath(f.path, root) if f.path.startswith(str(root)) else f.path
-        print(f"INVALID {f.rule} {f.name}: {where}: {f.message}", file=sys.stderr)
+        print(shown(f"INVALID {f.rule} {f.name}: {where}: {f.message}"), file=sys.stderr)
     # a failed or killed run is no part of a result, whatever the rules' counts say: never ship one
     unfinished = [(leaf, state, why) for result in results(pkg) if result.org == org
                   for leaf, state, why in result.leaves if state in (FAILED, INCOMPLETE)]
     for leaf, state, why in unfinished:
-        print(f"{state.upper()} leaf {leaf_id(pkg, leaf)}: {why} (`mlpstorage runs rm --status {state}`)", file=sys.stderr)
+        print(shown(f"{state.upper()} leaf {leaf_id(pkg, leaf)}: {why}") + f" (`mlpstorage runs rm --status {state}`)", file=sys.stderr)
     systems = sorted({(leaf.division, leaf.system) for leaf in pkg.leaves if leaf.org == org})
     unfilled = [(f"{division}/{org}/systems/{system}.yaml", line) for division, system in systems
                 for line in placeholders(root, division, org, system)]
     for where, line in unfilled:
-        print(f"PAPERWORK {where}: placeholder left: {line}", file=sys.stderr)
+        print(shown(f"PAPERWORK {where}: placeholder left: {line}"), file=sys.stderr)
     if blocking or unfinished or unfilled:
         raise SubmitRefused(f"submit refused: {len(blocking)} INVALID finding(s), {len(unfinished)} failed or incomplete "
                             f"leaf/leaves and {len(unfilled)} placeholder(s) above; fix them (`mlpstorage status`, "
@@ -258,5 +259,5 @@ def submit(root: Path, org_flag: str | None, output_flag: str | None, dry_run: b
                    "bytes": sum(f["size"] for f in listing), "warnings": len(findings) - len(blocking)})
     print(f"wrote {target} ({len(listing)} files, {human(target.stat().st_size)}), sha256 {digest}")
     for rel, why in skipped:
-        print(f"  left out {rel} ({why})")
+        print(f"  left out {shown(rel)} ({shown(why)})")
     return 0
