@@ -170,11 +170,14 @@ def test_write_keeps_an_existing_job_file_and_refuses_a_symlink(tmp_path):
 
 def small_trace() -> dict[str, Any]:
     """8 MiB written in 1 MiB requests with an end fsync, 4 MiB read in 1 MiB requests, in 0.5 s;
-    the reads' latency on the device only, as the tracer keeps it."""
+    the reads' latency on the device only, as the tracer keeps it. Each latency histogram holds
+    io_trace.MIN_SAMPLES latencies, the fewest a percentile is taken from."""
     reader = {"pid": 301, "comm": "python3", "device": "vda", "in_flight_mean": 1.0, "ops": {"read": op(4, {MIB: 4}, 1.0)}}
     del reader["ops"]["read"]["latency_us_hist"]
-    record = trace([seq_write(300, 8), reader], duration_s=0.5)
-    record["hosts"]["host0"]["devices"] = {"vda": {"read": op(6, {MIB: 6}, 1.0, {512: 6})}}
+    writer = seq_write(300, 8)
+    writer["ops"]["write"]["latency_us_hist"] = {"2048": 20}
+    record = trace([writer, reader], duration_s=0.5)
+    record["hosts"]["host0"]["devices"] = {"vda": {"read": op(6, {MIB: 6}, 1.0, {512: 20})}}
     return record
 
 
@@ -602,3 +605,20 @@ def test_an_interrupted_replay_on_simulated_hosts_leaves_no_fio_on_them(tmp_path
     left = sim_hosts.stray_processes()
     assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in left if Path(f"/proc/{pid}").exists()]
     assert not list(leaf.glob("replay_*.json"))
+
+
+def test_a_training_runs_table_says_what_dlio_measures(tmp_path):
+    """Under a training run's table, one line says what DLIO's train_io_mean measures against the
+    table's MiB/s (issue 42); another leaf's table has no such line."""
+    from mlpstorage_py.trace import replay_run
+
+    figures = {d: {"bytes": 4 * MIB, "mib_s": 8.0, "p50_us": 512, "p95_us": 1024, "p99_us": 2048}
+               for d in ("read", "write")}
+    for metadata, expected in (({"benchmark_type": "training", "command": "run"}, 1),
+                               ({"benchmark_type": "checkpointing", "command": "run"}, 0)):
+        leaf = make_leaf(tmp_path / metadata["benchmark_type"], small_trace(), metadata)
+        record = {"leaf": str(leaf), "original": figures, "replay": figures, "ratio": {}}
+        lines = replay_run.table(record).splitlines()
+        notes = [line for line in lines if "train_io_mean_MB_per_second" in line]
+        assert len(notes) == expected, lines
+        assert not notes or ("first to last read" in notes[0] and "time between epochs left out" in notes[0])

@@ -423,4 +423,9 @@ def table(record: dict[str, Any]) -> str:
             cells = [record["original"][d].get(key), record["replay"][d].get(key), record["ratio"].get(f"{d}_{key}")]
             rows.append((label, *("-" if v is None else f"{v:g}" for v in cells)))
         rows.append((f"{d} bytes", str(record["original"][d]["bytes"]), str(record["replay"][d]["bytes"]), ""))
-    return "\n".join(f"{a:<16}{b:>14}{c:>14}{d:>9}".rstrip() for a, b, c, d in rows)
+    meta = distiller.metadata(Path(record["leaf"])) or {}
+    training = [] if (meta.get("benchmark_type"), meta.get("command")) != ("training", "run") else [
+        "training: DLIO's train_io_mean_MB_per_second is the mean of its epochs' rates (each epoch's samples x record "
+        "size over its training steps, compute included, the time between epochs left out); MiB/s here is all the "
+        "traced bytes over the first to last read (that time included), which the replay offers (rate=)"]
+    return "\n".join([*(f"{a:<16}{b:>14}{c:>14}{d:>9}".rstrip() for a, b, c, d in rows), *training])
