@@ -35,7 +35,7 @@ def _op(requests: int, moved: int, sizes: dict[str, int], latency: dict[str, int
 def _device(level: str = "block") -> dict:
     return {"level": level,
             "read": _op(40, 40 * 4096 + 0, {"4096": 10, "131072": 30}, {"64": 50, "128": 40, "512": 9, "2048": 1}, 0.75),
-            "write": _op(5, 5 << 20, {"1048576": 5}, {"256": 5}, 1.0),
+            "write": _op(5, 5 << 20, {"1048576": 5}, {"256": 25}, 1.0),  # latencies: at least io_trace.MIN_SAMPLES
             "flush": _op(2, 0, {}, {"16": 2}, None),
             "queue_depth": [[0.5, 1.0], [1.5, 4.0], [2.5, 2.0], [3.5, 8.0]], "read_share_bytes": 0.5}
 
@@ -150,7 +150,7 @@ def test_percentiles_are_rules_where_their_bucket_ends(pages):
     assert "p50 ≤ 128us; p95 ≤ 1.02ms; p99 ≤ 1.02ms" in figure.text
     # every write took 256-511 us: the bucket their bound opens is drawn empty, the rule between the two
     write = _figure(div, "trace-latency-write")
-    assert _plotted(write) == (["256us", "512us"], {"write": [5, 0]})
+    assert _plotted(write) == (["256us", "512us"], {"write": [25, 0]})
     svg = _svg(write, page)
     (mark,) = [float(line.get("x1")) for line in svg.iter(f"{NS}line") if line.get("data-mark") == "p50, p95, p99 ≤ 512us"]
     bars = sorted(float(r.get("x")) for r in svg.iter(f"{NS}rect") if r.get("fill") == plots.COLOURS[0])

@@ -43,12 +43,12 @@ def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
     if not bench.request.arg("trace_io"):
         yield
         return
-    from mlpstorage_py.trace import session
+    from mlpstorage_py.trace import honest, session
 
     hosts, paths = traced_hosts(bench, plan), bench.traced_paths(plan)
     session.check(hosts, paths, None)
     def keep(record: dict[str, Any]) -> None:
-        record = mark_ranks(record, leaf)
+        record = honest.check(mark_ranks(record, leaf), leaf)  # others' share, ranks against their own counts
         if record.get("level") == "vfs" and bench.request.benchmark == "kvcache":  # the fallback 6.5.2 describes
             record["why"] = f"{record.get('why') or ''} (Rules 6.5.2)".strip()
         write_json(leaf / io_trace.FILE, record)

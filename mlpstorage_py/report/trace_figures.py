@@ -4,9 +4,11 @@
 Per host and device: request sizes and completion latencies (log2 buckets, every bucket between
 the smallest and the largest kept, so the x axis stays log2), the queue depth over the run, and
 a table per op; then the trace's level and why, what no client host issued (unattributed), and
-the biggest streams. The file is untrusted like every other: a value of the wrong type is a
-blank, never a crash, and every string reaches the page through markup (escaped) or as glyph
-outlines in the SVG.
+the biggest streams. No percentile is shown from fewer than io_trace.MIN_SAMPLES latencies (the
+count is, `n=7`); requests whose completion the tracer did not see are said under the table;
+each device says how much of its bytes were not the run's, and the trace's warnings lead. The
+file is untrusted like every other: a value of the wrong type is a blank, never a crash, and
+every string reaches the page through markup (escaped) or as glyph outlines in the SVG.
 """
 
 from __future__ import annotations
@@ -91,7 +93,13 @@ def _bytes_text(value: Any) -> str | None:
 
 
 def _percentiles(hist: dict[int, float]) -> dict[str, float | None]:
+    """p50/p95/p99, each None without io_trace.MIN_SAMPLES latencies."""
     return {name: io_trace.percentile({str(k): v for k, v in hist.items()}, q) for name, q in QUANTILES}
+
+
+def _too_few(hist: dict[int, float]) -> str:
+    """Why a histogram with latencies shows no percentile: its count, below the minimum."""
+    return f"{int(sum(hist.values()))} latencies: fewer than {io_trace.MIN_SAMPLES}, no percentile"
 
 
 def _size_chart(device: dict[str, Any], title: str) -> Chart:
@@ -117,10 +125,21 @@ def _latency_chart(op: str, entry: dict[str, Any], title: str) -> Chart:
     marks = {f"{', '.join(names)} ≤ {_latency_label(value)}": sum(low < value for low in lows) - 0.5
              for value, names in at.items()}
     notes = ["; ".join(f"{name} ≤ {_latency_label(v)}" for name, v in found.items() if v is not None) +
-             " (the upper bound of the bucket each falls in)"] if marks else ["no latencies recorded"]
+             " (the upper bound of the bucket each falls in)"] if marks else \
+        [_too_few(hist)] if hist else ["no latencies recorded"]
+    unseen = _num(entry.get("latency_unseen"))
+    if unseen:
+        notes.append(_unseen_text(op, unseen, _num(entry.get("requests"))))
     return Chart(f"trace-latency-{op}", f"{title}: {op} completion latency", "requests",
                  "completion latency (log2 bucket)", "bar", [_latency_label(low) for low in lows],
                  {op: [hist.get(low, 0) for low in lows]} if hist else {}, notes=notes, marks=marks)
+
+
+def _unseen_text(op: str, unseen: float, requests: float | None) -> str:
+    """Requests counted whose completion the tracer did not see (io_trace.json latency_unseen)."""
+    of = f" of {requests:g}" if requests is not None else ""
+    return (f"{op}: {unseen:g}{of} requests' completions were not seen (in flight when the tracer stopped, or "
+            "skipped by the kernel while another BPF program ran): they are in no latency histogram")
 
 
 def _depth_chart(series: Any, duration: float | None, title: str) -> Chart:
@@ -153,12 +172,26 @@ def _op_rows(device: dict[str, Any]) -> list[list[str]]:
             continue
         moved_op = _num(entry.get("bytes"))
         share = round(moved_op / moved, 4) if op != "flush" and moved and moved_op is not None else None
-        found = _percentiles(_counts(entry.get("latency_us_hist")))
+        hist = _counts(entry.get("latency_us_hist"))
+        found = _percentiles(hist)
+        few = f"n={int(sum(hist.values()))}" if hist else None  # too few latencies: their count instead
         rows.append([markup.cell(op), markup.cell(_num(entry.get("requests"))),
                      markup.cell(moved_op, _bytes_text(moved_op)), markup.cell(share),
                      markup.cell(_num(entry.get("sequential_share"))),
-                     *(markup.cell(v, None if v is None else _latency_label(v)) for v in found.values())])
+                     *(markup.cell(v, few if v is None else _latency_label(v)) for v in found.values())])
     return rows
+
+
+def _device_notes(device: dict[str, Any]) -> str:
+    """Beside the op table: the share of the device's bytes that were not the run's, and the
+    requests whose completion the tracer did not see."""
+    facts = [(key, device.get(key)) for key in ("others_share_bytes", "others_bytes", "others_basis") if key in device]
+    notes = [_unseen_text(op, unseen, _num(_obj(device.get(op)).get("requests"))) for op in io_trace.OPS
+             if (unseen := _num(_obj(device.get(op)).get("latency_unseen")))]
+    share = _num(device.get("others_share_bytes"))
+    lead = [f"{share:.1%} of the bytes this device moved during the trace were not the run's"] if share else []
+    return ((markup.pairs(facts, "trace-device-facts", "io_trace.json devices") if facts else "") +
+            "".join(f'<p class="note">{escape(n)}</p>' for n in lead + notes))
 
 
 def _device(host: str, name: str, device: dict[str, Any], duration: float | None, ident: str) -> tuple[str, int]:
@@ -170,7 +203,7 @@ def _device(host: str, name: str, device: dict[str, Any], duration: float | None
     level = device.get("level")
     html = (f'<div class="trace-device" data-host="{escape(host)}" data-device="{escape(name)}">'
             f"<h4>{escape(host)}: device {escape(name)} ({escape(str(level))} level)</h4>"
-            f"{markup.grid(OP_HEAD, _op_rows(device), 'trace-ops')}"
+            f"{markup.grid(OP_HEAD, _op_rows(device), 'trace-ops')}{_device_notes(device)}"
             f"{''.join(markup.chart(c, f'{ident}-{c.key}') for c in charts)}</div>")
     return html, sum(c.drawable() for c in charts)
 
@@ -222,6 +255,8 @@ def _trace(leaf: Leaf, trace: dict[str, Any], ident: str) -> tuple[str, int]:
     for h, (host, entry) in enumerate(hosts.items()):
         entry = _obj(entry)
         facts = [("hostname", entry.get("hostname")), ("complete", entry.get("complete"))]
+        if "skipped_probe_runs" in entry:  # probe runs the kernel skipped (completions among them)
+            facts.append(("skipped_probe_runs", entry.get("skipped_probe_runs")))
         if entry.get("complete") is not True:
             facts.append(("error", entry.get("error")))
         parts.append(f'<div class="trace-host" data-host="{escape(host)}"><h4>host {escape(host)}</h4>'
@@ -232,8 +267,11 @@ def _trace(leaf: Leaf, trace: dict[str, Any], ident: str) -> tuple[str, int]:
             parts.append(html)
             drawn += charts
         parts.append(("" if devices else '<p class="note">no device traced on this host</p>') + "</div>")
+    warnings = [str(w) for w in trace.get("warnings") or [] if isinstance(w, str)] \
+        if isinstance(trace.get("warnings"), list) else []
+    warned = "".join(f'<p class="note trace-warning">{escape(w)}</p>' for w in warnings)
     return (f'<section class="io-trace" data-leaf="{escape(leaf.path.name)}"><h3>I/O trace: {escape(leaf.path.name)}</h3>'
-            f"{markup.pairs(about, 'trace-about', 'io_trace.json')}{''.join(parts)}{_unattributed(trace)}"
+            f"{warned}{markup.pairs(about, 'trace-about', 'io_trace.json')}{''.join(parts)}{_unattributed(trace)}"
             f"{_streams(trace)}</section>"), drawn
 
 

@@ -7,7 +7,8 @@ bound (a power of two, as a decimal string): count}:
     {"schema": 1,
      "level": "block" | "vfs" | "object" | "none",   # where it was traced
      "why": "...",                 # for vfs/object/none: why not at the block layer
-     "duration_s": 12.3,           # from the tracers' attach to their stop
+     "duration_s": 12.3,           # how long the tracers counted, on their own clock (the longest host's:
+                                   # first tick to END), the clock of first_s/last_s and queue_depth
      "data_paths": ["..."],        # the paths traced, as given
      "complete": true,             # every host's tracer printed its maps (else see its "error") and
                                    # the run's work ran to its end (else "stopped" says why)
@@ -15,15 +16,21 @@ bound (a power of two, as a decimal string): count}:
      "hosts": {"<--hosts entry>": {
          "hostname": "...",
          "complete": true, "error": "...",          # error only when not complete
+         "skipped_probe_runs": n,   # runs of its probes the kernel skipped (null: unknown), below
          "paths": [{"path": "...", "level": "...", "devices": [{"name", "dev", "level"}], "why": "..."}],
          "devices": {"<name, e.g. vda>": {
              "level": "block" | "vfs",  # vfs devices are named <fstype>:<mount point>
              "read"|"write"|"flush": {"requests": n, "bytes": n,
                                       "size_hist": {...}, "latency_us_hist": {...},
+                                      "latency_samples": n,  # the histogram's total
+                                      "latency_unseen": n,   # requests whose completion was not seen
                                       "p50_us": x, "p95_us": x, "p99_us": x,
                                       "sequential_share": 0.0-1.0},
              "queue_depth": [[t_s, in_flight], ...],
-             "read_share_bytes": 0.0-1.0}},
+             "read_share_bytes": 0.0-1.0,
+             "others_bytes": n,            # read+write bytes on the device that were not the run's
+             "others_share_bytes": 0.0-1.0,   # ... their share of all it moved during the trace
+             "others_basis": "work" | "hostnames"}},
          "streams": [{"pid": n, "comm": "...", "device": "<name>", "kernel_thread": false,
                       "work": true,           # issued after the process marked the run's work
                       "ops": {"read"|"write"|"flush": {same as above, no percentiles needed,
@@ -33,11 +40,25 @@ bound (a power of two, as a decimal string): count}:
                       "fsyncs": n,            # its fsync/fdatasync calls (block level, work only)
                       "writeback_starts": n,  # its sync_file_range(SYNC_FILE_RANGE_WRITE) calls (the same)
                       "in_flight_mean": x}]}},   # mean over the whole trace
-     "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."}}
+     "unattributed": {"devices": {...}, "streams": [...], "hostnames": ["..."], "why": "..."},
                                    # I/O no client host issued (writeback)
+     "rank_bytes": [{"rank": r, "op": "write", "traced": n, "said": n, "ratio": x}],
+                                   # a rank's work streams against what the engine says it moved
+     "warnings": ["..."]}          # what makes a figure above less than it seems (trace/honest.py)
 
-Null where there is nothing to measure: percentiles without requests, sequential_share for
-flushes (no position) and without requests, read_share_bytes without bytes. A device's requests
+Null where there is nothing to measure: sequential_share for flushes (no position) and without
+requests, read_share_bytes and others_share_bytes without bytes, and a percentile from fewer than
+MIN_SAMPLES (20) latencies: latency_samples says how many there were, and every reader shows that
+count instead (reports html, `mlpstorage replay`). Each histogram holds every request counted
+whose completion the tracer saw: latency_samples + latency_unseen == requests, where
+latency_unseen counts what was still in flight when the tracer stopped (it drains first: it
+counts nothing new and waits for what it counted, trace/session.DRAIN_S at most, or until no
+completion came for DRAIN_STALL_S) and completions it never saw: the kernel skips a BPF probe
+while another BPF program runs on that CPU (this tracer's or anyone's), which a completion's
+interrupt often meets on a busy host; `skipped_probe_runs` is the kernel's count of those. Traces from before have neither field, nor the
+others_* fields, rank_bytes or warnings. others_* is what the device moved that was not the
+run's work streams (basis "work"), or, where nothing marked work, not the traced hosts' own
+namespaces ("hostnames"); the kernel's journal and other processes on the disk are in it. A device's requests
 at the block layer are the disk's requests, at the vfs level the system calls on files of that
 filesystem. queue_depth is the mean in flight per point (a point merges neighbours once 2,000
 are kept). A host's share is the I/O its hostname issued; `unattributed` is the rest of what the
@@ -66,6 +87,7 @@ from typing import Any
 FILE = "io_trace.json"
 SCHEMA = 1
 OPS = ("read", "write", "flush")
+MIN_SAMPLES = 20  # no percentile from fewer latencies: its count is shown instead
 
 
 def read(leaf: Path) -> dict[str, Any] | None:
@@ -80,12 +102,18 @@ def read(leaf: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
 
 
-def percentile(hist: dict[str, int], q: float) -> float | None:
+def samples(hist: dict[str, Any]) -> int:
+    """How many values a histogram holds (counts that are no number left out)."""
+    return int(sum(v for v in hist.values() if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0))
+
+
+def percentile(hist: dict[str, int], q: float, minimum: int = MIN_SAMPLES) -> float | None:
     """The q-quantile (0-1) of a log2 histogram, as the upper bound of the bucket it falls in
-    (the bucket's lower bound doubled: a conservative estimate, never below the truth)."""
+    (the bucket's lower bound doubled: a conservative estimate, never below the truth); None
+    from fewer than `minimum` values (show samples() instead)."""
     counts = sorted((int(k), v) for k, v in hist.items() if v > 0)
     total = sum(v for _, v in counts)
-    if not total:
+    if not total or total < minimum:
         return None
     seen = 0
     for low, count in counts:
@@ -93,3 +121,15 @@ def percentile(hist: dict[str, int], q: float) -> float | None:
         if seen >= q * total:
             return float(max(low, 1) * 2)
     return float(max(counts[-1][0], 1) * 2)
+
+
+def others(trace: dict[str, Any]) -> dict[str, float]:
+    """"<host> <device>" -> the share of the device's bytes that were not the run's, for each
+    device whose trace says (traces from before say nothing)."""
+    found: dict[str, float] = {}
+    for host, entry in (trace.get("hosts") or {}).items():
+        for name, device in ((entry or {}).get("devices") or {}).items() if isinstance(entry, dict) else ():
+            share = device.get("others_share_bytes") if isinstance(device, dict) else None
+            if isinstance(share, (int, float)) and not isinstance(share, bool):
+                found[f"{host} {name}"] = float(share)
+    return found

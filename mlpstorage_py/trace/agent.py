@@ -1,9 +1,11 @@
 """The traced host's side, run there over the remote shell (`python -m mlpstorage_py.trace.agent`):
 
     probe PATH...    print the host's facts (trace/devices.py) as one JSON line
-    run PROGRAM      run bpftrace on PROGRAM, its JSON output on our stdout, until our stdin
+    run PROGRAM [DRAIN]  run bpftrace on PROGRAM, its JSON output on our stdout, until our stdin
                      ends (the session closed it, or the remote shell died): then SIGINT, so it
-                     prints its maps, and SIGKILL after STOP_GRACE_S; a last line says it ended
+                     prints its maps, and SIGKILL after STOP_GRACE_S; a last line says it ended.
+                     A line `drain` on stdin first makes the program drain (getpgid(DRAIN): it
+                     counts nothing new while what it counted completes, trace/bpf.py)
     reap MARKER      SIGKILL every bpftrace whose command line holds MARKER (a program path):
                      what the session runs when a host's agent did not say it ended
 
@@ -34,6 +36,36 @@ ENDED = "agent_ended"
 # bpftrace's kernel maps: the default 4096 keys is a few hundred streams once a histogram's
 # buckets count as keys; memory stays bounded either way (a full map drops new keys).
 MAP_KEYS_MAX = "16384"
+DRAIN_LINE = b"drain\n"
+
+
+def skipped_runs(pid: int) -> int | None:
+    """How many times the kernel skipped one of this bpftrace's probes (recursion_misses of its
+    programs, /proc/PID/fdinfo: a probe does not run while another BPF program runs on that CPU,
+    as when a request's completion interrupts one); None where it does not say."""
+    total, found = 0, False
+    try:
+        entries = list(os.scandir(f"/proc/{pid}/fdinfo"))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            text = Path(entry.path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("recursion_misses:") and line.split()[-1].isdigit():
+                total, found = total + int(line.split()[-1]), True
+    return total if found else None
+
+
+def drain(number: int) -> None:
+    """getpgid() of the program's drain number (no process has it: it fails at once); the
+    tracer's probe on the call makes it drain."""
+    try:
+        os.getpgid(number)
+    except OSError:
+        pass
 
 
 def bpftrace_argv(bpftrace: str, program: Path) -> list[str]:
@@ -67,7 +99,7 @@ def stop(child: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int:
     return child.wait()
 
 
-def _run(program: Path) -> int:
+def _run(program: Path, drain_number: int | None = None) -> int:
     if not program.is_file():
         print(f"ERROR: the trace program {program} is not visible on this host: the session's work directory "
               "must be on a filesystem every client host shares", file=sys.stderr)
@@ -82,11 +114,17 @@ def _run(program: Path) -> int:
             ready, _, _ = select.select([sys.stdin.fileno()], [], [], 0.5)
         except InterruptedError:
             continue
-        if ready and not os.read(sys.stdin.fileno(), 4096):
+        if not ready:
+            continue
+        got = os.read(sys.stdin.fileno(), 4096)
+        if not got:
             break  # stdin ended: the session asked us to stop, or is gone
+        if DRAIN_LINE.strip() in got and drain_number is not None:
+            drain(drain_number)
+    skipped = skipped_runs(child.pid)
     code = stop(child)
     try:
-        sys.stdout.write(json.dumps({"type": ENDED, "exit": code}) + "\n")
+        sys.stdout.write(json.dumps({"type": ENDED, "exit": code, "skipped": skipped}) + "\n")
         sys.stdout.flush()
     except OSError:  # the session is gone: nobody to tell
         pass
@@ -120,12 +158,12 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 1 and argv[0] == "probe":
         print(json.dumps(facts(argv[1:])))
         return 0
-    if len(argv) == 2 and argv[0] == "run":
-        return _run(Path(argv[1]))
+    if len(argv) in (2, 3) and argv[0] == "run":
+        return _run(Path(argv[1]), int(argv[2]) if len(argv) == 3 and argv[2].isdigit() else None)
     if len(argv) == 2 and argv[0] == "reap":
         print(json.dumps({"type": "reaped", "count": reap(argv[1])}))
         return 0
-    print("usage: python -m mlpstorage_py.trace.agent probe PATH... | run PROGRAM | reap MARKER", file=sys.stderr)
+    print("usage: python -m mlpstorage_py.trace.agent probe PATH... | run PROGRAM [DRAIN] | reap MARKER", file=sys.stderr)
     return 2
 
 

@@ -16,7 +16,20 @@ file lies on the data path's filesystem (the fd's superblock device), entry to e
 
 Nothing counts until the sampler's first tick (`@go`, READY_MARK): bpftrace prints "Attaching
 N probes" before it attaches them one by one, in the program's order, the sampler last; a
-request issued before its completion probe was attached would stay in flight for ever.
+request issued before its completion probe was attached would stay in flight for ever. At the
+end the tracer drains before it stops: a getpgid() of the program's drain number (`@stop`, as
+the work mark) stops counting new requests and system calls, the sampler's ticks say `drain`,
+and the session waits until what was counted is done (no request in flight), so every counted
+request's completion is in its latency histogram; what is still in flight when it stops is
+counted apart (trace/parse.py), never dropped in silence.
+
+A request's completion is paired with its issue by (dev, sector) and its op: a flush request the
+block layer builds (`FF`) is issued at sector 0 but completes at sector -1 (an unset position),
+and the empty preflush request it ran for completes at sector 0 without ever reaching the
+device, so neither pairs with the other. The owner, comm and op a request was counted under
+at its issue are kept with it (`@tow`, `@tcomm`, `@top`) so that its latency lands under the
+same key as its count; a second issue on a key whose first is still in flight counts the
+first's completion as unseen (`@lost`). The END prints the requests still in flight.
 
 The run's work (launch/heartbeat.mark_work): a process that calls getpgid() of the run's own
 mark is the run's from then on, and so is what it forks; an exec ends it (a launcher, a shell: a rank marks
@@ -43,17 +56,18 @@ SAMPLE_MS = 100
 KTHREAD_BIT = 1 << 31
 WORK_BIT = 1 << 30
 PID_MASK = (1 << 22) - 1
-END_MARK = "end"
+END_MARK = "end"  # the END prints "end <ms of the tracer's clock>"
+DRAIN_MARK = "drain"  # a tick while draining prints "<ms> drain"
 # op numbers in the maps: the index into results.io_trace.OPS (read, write, flush)
 READ, WRITE, FLUSH = 0, 1, 2
 
 # What the end prints, and the in-flight counters the sampler prints (issued, done).
 RESULT_MAPS = ("@uts", "@rq", "@by", "@sz", "@lat", "@seq", "@srq", "@sby", "@ssz", "@sseq", "@sbusy", "@sfirst", "@slast", "@stid")
-BLOCK_RESULT_MAPS = ("@sfsync", "@ssfr")  # only the block program defines them
+BLOCK_RESULT_MAPS = ("@sfsync", "@ssfr", "@lost", "@tow", "@top")  # only the block program defines them
 FILE_RESULT_MAPS = ("@sfiles", "@sfbytes")  # only a program that counts files defines them
 SAMPLED_MAPS = ("@uts", "@qi", "@qd")
 READY_MARK = "ready"
-_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@top", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
+_BLOCK_HELPERS = ("@own", "@own_comm", "@t0", "@tcomm", "@rqd", "@end", "@send", "@work", "@iown", "@icomm", "@wbino")
 _VFS_HELPERS = ("@vt", "@vop", "@vdev", "@vpos", "@vino", "@end", "@vend_ino", "@send", "@sino", "@work")
 
 
@@ -164,12 +178,14 @@ def _block(devs: list[int]) -> str:
     bio is queued (a request's allocation, or its merge into one): dispatch may reorder the
     pieces of one split bio, which are sequential all the same."""
     only = "@go && (" + " || ".join(f"args->dev == {d}" for d in devs) + ")"
+    fresh = f"{only} && @stop == 0"  # new requests: none once the tracer drains
     own = f"@own[{RQ}] = {OWNER}; @own_comm[{RQ}] = comm; {NAME_UTS}"
     moved = "(uint64)args->dev, args->sector + args->nr_sector"
     keys = "$ns = $own >> 32; $dev = (uint64)args->dev; $end = args->sector + args->nr_sector;"
     follow = "@end[$ns, $dev, $op] = $end; @send[$own, $dev, $op] = $end;"
+    done = "(uint64)args->dev, $sec"  # where a completion is: a flush's unset position (-1) is 0, as at its issue
     return WRITEBACK + f"""
-tracepoint:block:block_getrq /{only}/ {{
+tracepoint:block:block_getrq /{fresh}/ {{
   {WHO}
   @own[{RQ}] = $own; @own_comm[{RQ}] = $who; {NAME_UTS}
   {_op("args->rwbs")}
@@ -181,11 +197,11 @@ tracepoint:block:block_getrq /{only}/ {{
     {follow}
   }}
 }}
-tracepoint:block:block_bio_backmerge /{only}/ {{
+tracepoint:block:block_bio_backmerge /{fresh}/ {{
   {_op("args->rwbs")}
   if ($op < {FLUSH} && args->nr_sector > 0) {{ {WHO} {keys} {follow} }}
 }}
-tracepoint:block:block_bio_frontmerge /{only}/ {{
+tracepoint:block:block_bio_frontmerge /{fresh}/ {{
   {_op("args->rwbs")}
   if ($op < {FLUSH} && args->nr_sector > 0) {{ {WHO} {keys} {follow} }}
   if (@own[{moved}]) {{
@@ -196,35 +212,37 @@ tracepoint:block:block_bio_frontmerge /{only}/ {{
 tracepoint:block:block_rq_merge /{only}/ {{ delete(@own[{RQ}]); delete(@own_comm[{RQ}]); }}
 tracepoint:block:block_rq_issue /{only}/ {{
   {_op("args->rwbs")}
-  if ($op < 3) {{
-    if (@own[{RQ}] == 0) {{ {own} }}
-    $own = @own[{RQ}]; $comm = @own_comm[{RQ}]; $ns = $own >> 32; $dev = (uint64)args->dev;
-    @t0[{RQ}] = nsecs; @top[{RQ}] = $op;
-    @qi[$ns, $dev] = count();
+  if ($op < 3 && (@stop == 0 || @rqd[{RQ}])) {{
+    $dev = (uint64)args->dev;
     if (@rqd[{RQ}]) {{ delete(@rqd[{RQ}]); }}
     else {{
+      if (@tow[{RQ}]) {{ @lost[@tow[{RQ}] >> 32, $dev, @top[{RQ}]] = count(); @qd[@tow[{RQ}] >> 32, $dev] = count(); }}
+      if (@own[{RQ}] == 0) {{ {own} }}
+      $own = @own[{RQ}]; $comm = @own_comm[{RQ}]; $ns = $own >> 32;
+      @tow[{RQ}] = $own; @tcomm[{RQ}] = $comm; @top[{RQ}] = $op;
       @rq[$ns, $dev, $op] = count(); @by[$ns, $dev, $op] = sum(args->bytes); @sz[$ns, $dev, $op] = hist(args->bytes);
       @srq[$own, $dev, $op, $comm] = count(); @sby[$own, $dev, $op, $comm] = sum(args->bytes);
       @ssz[$own, $dev, $op, $comm] = hist(args->bytes);
       if (args->bytes > {METADATA_MAX} || !{_metadata("args->rwbs")}) {{ {WINDOW} }}
     }}
+    @t0[{RQ}] = nsecs; @qi[@tow[{RQ}] >> 32, $dev] = count();
   }}
 }}
 tracepoint:block:block_rq_requeue /{only}/ {{
-  if (@t0[{RQ}]) {{
-    @qd[@own[{RQ}] >> 32, (uint64)args->dev] = count(); @rqd[{RQ}] = 1;
-    delete(@t0[{RQ}]); delete(@top[{RQ}]);
-  }}
+  if (@t0[{RQ}]) {{ @qd[@tow[{RQ}] >> 32, (uint64)args->dev] = count(); @rqd[{RQ}] = 1; delete(@t0[{RQ}]); }}
 }}
 tracepoint:block:block_rq_complete /{only}/ {{
-  if (@t0[{RQ}]) {{
-    $own = @own[{RQ}]; $lat = (nsecs - @t0[{RQ}]) / 1000;
-    @lat[$own >> 32, (uint64)args->dev, @top[{RQ}]] = hist($lat);
-    @sbusy[$own, (uint64)args->dev, @top[{RQ}], @own_comm[{RQ}]] = sum($lat);
+  {_op("args->rwbs")}
+  $sec = args->sector;
+  if (args->sector + 1 == 0) {{ $sec = 0; }}
+  if (@t0[{done}] && @top[{done}] == $op) {{
+    $own = @tow[{done}]; $lat = (nsecs - @t0[{done}]) / 1000;
+    @lat[$own >> 32, (uint64)args->dev, $op] = hist($lat);
+    @sbusy[$own, (uint64)args->dev, $op, @tcomm[{done}]] = sum($lat);
     @qd[$own >> 32, (uint64)args->dev] = count();
-    delete(@t0[{RQ}]); delete(@top[{RQ}]);
+    delete(@t0[{done}]); delete(@top[{done}]); delete(@tow[{done}]); delete(@tcomm[{done}]);
   }}
-  delete(@own[{RQ}]); delete(@own_comm[{RQ}]);
+  if ($op != {FLUSH}) {{ delete(@own[{RQ}]); delete(@own_comm[{RQ}]); }}
 }}
 """
 
@@ -239,7 +257,7 @@ _CALLS = (("read", READ, "$f->f_pos"), ("readv", READ, "$f->f_pos"), ("pread64",
 def _vfs(devs: list[int]) -> str:
     only = " || ".join(f"$dev == {d}" for d in devs)
     entries = "".join(f"""
-tracepoint:syscalls:sys_enter_{call} /@go/ {{
+tracepoint:syscalls:sys_enter_{call} /@go && @stop == 0/ {{
   $t = curtask;
   if ((uint64)args->fd < (uint64)$t->files->fdt->max_fds) {{
     $f = *($t->files->fdt->fd + args->fd);
@@ -274,24 +292,32 @@ tracepoint:syscalls:sys_enter_{call} /@go/ {{
 """
 
 
-def program(targets: list[Target], mark: int | None = None, files: list[int] | None = None) -> str:
+def program(targets: list[Target], mark: int | None = None, files: list[int] | None = None,
+            drain: int | None = None) -> str:
     """The program for one host's targets (at least one); `mark` is the run's work mark
     (launch/heartbeat.new_mark), None where nothing marks its work; `files` the kernel s_dev of
-    the data paths' filesystems, whose files the work's closes count (none: no file sizes)."""
+    the data paths' filesystems, whose files the work's closes count (none: no file sizes);
+    `drain` the number whose getpgid() makes the tracer drain (a number no pid reaches; None:
+    it counts to its end)."""
     block = sorted({t.dev for t in targets if t.level == "block"})
     vfs = sorted({t.dev for t in targets if t.level == "vfs"})
     helpers = sorted(set((_BLOCK_HELPERS if block else ()) + (_VFS_HELPERS if vfs else ())))
     counted = _files(sorted(set(files))) if files and mark is not None else ""
     results = RESULT_MAPS + (BLOCK_RESULT_MAPS if block else ()) + (FILE_RESULT_MAPS if counted else ())
     prints = " ".join(f"print({m});" for m in results)
-    clears = " ".join(f"clear({m});" for m in results + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go",))
+    clears = " ".join(f"clear({m});" for m in dict.fromkeys(results + SAMPLED_MAPS[1:] + tuple(helpers) + ("@go", "@stop")))
     sampled = " ".join(f"print({m});" for m in SAMPLED_MAPS)
     marks = "" if mark is None else \
         f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {int(mark)}/ {{ @work[pid] = 1; }}\n"
-    return (marks + FOLLOW_WORK + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + counted + f"""
+    stop = "BEGIN { @stop = 0; }\n" if drain is None else \
+        f"tracepoint:syscalls:sys_enter_getpgid /args->pid == {int(drain)}/ {{ @stop = 1; }}\n"
+    return (stop + marks + FOLLOW_WORK + (_block(block) if block else "") + (_vfs(vfs) if vfs else "") + counted + f"""
 interval:ms:{SAMPLE_MS} {{
   if (@go == 0) {{ @go = 1; printf("{READY_MARK} %llu\\n", elapsed / 1000000); }}
-  else {{ printf("%llu\\n", elapsed / 1000000); {sampled} }}
+  else {{
+    if (@stop) {{ printf("%llu {DRAIN_MARK}\\n", elapsed / 1000000); }} else {{ printf("%llu\\n", elapsed / 1000000); }}
+    {sampled}
+  }}
 }}
-END {{ {prints} printf("{END_MARK}\\n"); {clears} }}
+END {{ {prints} printf("{END_MARK} %llu\\n", elapsed / 1000000); {clears} }}
 """)

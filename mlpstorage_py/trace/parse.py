@@ -5,6 +5,15 @@ Memory stays bounded for hours: the counters and histograms come once, at the en
 samples (every bpf.SAMPLE_MS) go into series of at most MAX_POINTS points, neighbours merging
 as they fill. bpftrace prints a map's key as its parts joined by commas; two keys can print alike
 (string buffers that differ after their end), so repeated keys are summed, never overwritten.
+
+Times are the tracer's own clock (ms since bpftrace started, from its printfs): first_s/last_s,
+the queue-depth points and the span (the sampler's first tick to the END) are all counted from
+the first tick, so every window lies within the span. Each op's latency histogram holds one
+entry per request counted (`requests`) whose completion the tracer saw; the others are
+`latency_unseen` (still in flight when it stopped: its completion came after, or never reached
+the tracer, as when the kernel skips a completion's probe because another BPF program was running
+on that CPU, which it does for a completion's interrupt), so latency_samples + latency_unseen ==
+requests.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlpstorage_py.results.io_trace import OPS, percentile
-from mlpstorage_py.trace.bpf import END_MARK, KTHREAD_BIT, PID_MASK, READY_MARK, WORK_BIT, Target
+from mlpstorage_py.trace.bpf import DRAIN_MARK, END_MARK, KTHREAD_BIT, PID_MASK, READY_MARK, WORK_BIT, Target
 
 MAX_POINTS = 2000
 U64 = (1 << 64) - 1
@@ -99,6 +108,11 @@ class Collector:
         self.ready_at: float | None = None  # time.monotonic() when we read its first sample mark
         self.ended = False  # the program printed all its maps (END ran to its mark)
         self.ended_at: float | None = None
+        self.end_ms: int | None = None  # the tracer's clock at its END
+        self.draining = False  # a tick said the tracer counts nothing new
+        self.drained = False  # ... and a sample after it had nothing in flight
+        self.progress_at: float | None = None  # time.monotonic() when a drain tick last saw a completion
+        self.skipped: int | None = None  # a remote agent's count of its probes' runs the kernel skipped
         self.agent_exit: int | None = None  # a remote agent's last line: bpftrace's exit status
         self.names: dict[int, str] = {}  # uts namespace inum -> hostname
         self.maps: dict[str, Any] = {}
@@ -106,6 +120,9 @@ class Collector:
         self._t0_ms = 0
         self._t_ms = 0
         self._issued: dict[tuple[int, ...], int] = {}
+        self._done: dict[tuple[int, ...], int] = {}
+        self._tick_drains = False
+        self._drain_done = -1
 
     def feed(self, line: str) -> None:
         """One line of output; lines that are not bpftrace's JSON are ignored."""
@@ -123,15 +140,36 @@ class Collector:
                 self._map(name, values if isinstance(values, dict) else {})
         elif kind == "agent_ended":
             self.agent_exit = int(event.get("exit", -1))
+            skipped = event.get("skipped")
+            self.skipped = skipped if isinstance(skipped, int) else None
 
     def _printf(self, text: str) -> None:
         if text.startswith(READY_MARK):
             self.ready, self.ready_at = True, time.monotonic()
             self._t0_ms = int(text.split()[-1])
-        elif text == END_MARK:
+        elif text.split()[:1] == [END_MARK]:
             self.ended, self.ended_at = True, time.monotonic()
-        elif text.isdigit():
-            self._t_ms = int(text)
+            parts = text.split()
+            self.end_ms = int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else None
+        elif text.split()[:1] and text.split()[0].isdigit():
+            self._drained()  # the tick before: its maps are all here (an empty map prints nothing)
+            parts = text.split()
+            self._t_ms = int(parts[0])
+            self._tick_drains = parts[1:] == [DRAIN_MARK]
+            self.draining = self.draining or self._tick_drains
+            self._issued, self._done = {}, {}
+
+    def _drained(self) -> None:
+        """A drain tick's counters: nothing in flight (every request or call it counted done),
+        else when the last completion came (a completion the kernel did not let the tracer see
+        leaves its request in flight for ever: session.DRAIN_STALL_S)."""
+        if not self._tick_drains:
+            return
+        done = sum(self._done.values())
+        if self.progress_at is None or done != self._drain_done:
+            self.progress_at, self._drain_done = time.monotonic(), done
+        if sum(self._issued.values()) <= done:
+            self.drained = True
 
     def _map(self, name: str, values: dict[str, Any]) -> None:
         if name == "@uts":
@@ -139,7 +177,9 @@ class Collector:
         elif name == "@qi" and not self.ended:
             self._issued = {_ints(k, 2): int(v) for k, v in values.items()}
         elif name == "@qd" and not self.ended:
-            self._sample({_ints(k, 2): int(v) for k, v in values.items()})
+            self._done = {_ints(k, 2): int(v) for k, v in values.items()}
+            self._sample(self._done)
+            self._drained()
         else:
             self.maps[name] = values
 
@@ -157,10 +197,14 @@ class Collector:
 
     # -- the record --------------------------------------------------------------------
     def span_s(self) -> float:
-        """How long this tracer counted: from its first sample to its end (as we saw them)."""
+        """How long this tracer counted, on its own clock: from its first tick to its END (and at
+        least to the last request it counted); as we read them where it printed no END."""
         if self.ready_at is None:
             return 0.0
-        return max((self.ended_at or time.monotonic()) - self.ready_at, 0.0)
+        if self.end_ms is None:
+            return max((self.ended_at or time.monotonic()) - self.ready_at, 0.0)
+        last = max(self._window("@slast").values(), default=0.0)
+        return max(round((self.end_ms - self._t0_ms) / 1000, 3), last, 0.0)
 
     def part(self, own: bool, targets: list[Target], prefix: str = "") -> dict[str, Any]:
         """{"devices": ..., "streams": ...} for the host's own namespaces (own) or the
@@ -174,7 +218,8 @@ class Collector:
             devices[prefix + target.name] = {
                 "level": target.level, **ops,
                 "queue_depth": self.depth[(own, target.dev)].values() if (own, target.dev) in self.depth else [],
-                "read_share_bytes": round(ops["read"]["bytes"] / moved, 4) if moved else None}
+                "read_share_bytes": round(ops["read"]["bytes"] / moved, 4) if moved else None,
+                **(self._others(target.dev) if own else {})}
         return {"devices": devices, "streams": self._streams(pick, targets, self.span_s(), prefix)}
 
     def _picked(self, name: str, pick: Callable[[int], bool], dev: int, op: int) -> list[Any]:
@@ -195,9 +240,39 @@ class Collector:
         total = lambda name: sum(int(v) for v in self._picked(name, pick, dev, op))
         requests = total("@rq")
         return {"requests": requests, "bytes": total("@by"), "size_hist": dict(sorted(sizes.items(), key=_low)),
-                "latency_us_hist": dict(sorted(latency.items(), key=_low)), "p50_us": percentile(latency, 0.50),
-                "p95_us": percentile(latency, 0.95), "p99_us": percentile(latency, 0.99),
-                "sequential_share": _share(total("@seq"), requests, op)}
+                "latency_us_hist": dict(sorted(latency.items(), key=_low)),
+                "latency_samples": sum(latency.values()), "latency_unseen": total("@lost") + self._pending(pick, dev, op),
+                "p50_us": percentile(latency, 0.50), "p95_us": percentile(latency, 0.95),
+                "p99_us": percentile(latency, 0.99), "sequential_share": _share(total("@seq"), requests, op)}
+
+    def _pending(self, pick: Callable[[int], bool], dev: int, op: int) -> int:
+        """Requests of this device and op still in flight when the tracer stopped (the END's
+        `@tow`, request -> owner, and `@top`, request -> op)."""
+        ops = {_ints(key, 2): int(value) for key, value in self.maps.get("@top", {}).items()}
+        found = 0
+        for key, owner in self.maps.get("@tow", {}).items():
+            where = _ints(key, 2)
+            if where[0] == dev and ops.get(where) == op and pick((int(owner) & U64) >> 32):
+                found += 1
+        return found
+
+    def _others(self, dev: int) -> dict[str, Any]:
+        """How much of what the device moved (read and write bytes, every process on this kernel)
+        was not the run's: not its work streams (what marked itself and what it forked, its
+        writeback included); where nothing marked work, not the traced hosts' own namespaces."""
+        seen = run = 0
+        for key, value in self.maps.get("@by", {}).items():
+            ns, d, o = _ints(key, 3)
+            if d == dev and o < 2:
+                seen += int(value)
+                run += int(value) if self.names.get(ns) in self.traced else 0
+        work = [(_stream_key(key), int(value)) for key, value in self.maps.get("@sby", {}).items()]
+        basis = "work" if any(owner & WORK_BIT for (owner, _, _, _), _ in work) else "hostnames"
+        if basis == "work":
+            run = sum(v for (owner, d, o, _), v in work if owner & WORK_BIT and d == dev and o < 2)
+        others = max(seen - run, 0)
+        return {"others_bytes": others, "others_share_bytes": round(others / seen, 4) if seen else None,
+                "others_basis": basis}
 
     def _streams(self, pick: Callable[[int], bool], targets: list[Target], span_s: float,
                  prefix: str) -> list[dict[str, Any]]:
@@ -259,7 +334,8 @@ class Collector:
 
     def _window(self, name: str) -> dict[tuple[int, int, int], float]:
         """(owner, dev, op) -> seconds since the tracer started counting, from a min/max map."""
-        return {_ints(key, 3): round((int(value) - self._t0_ms) / 1000, 3) for key, value in self.maps.get(name, {}).items()}
+        return {_ints(key, 3): max(round((int(value) - self._t0_ms) / 1000, 3), 0.0)
+                for key, value in self.maps.get(name, {}).items()}
 
 
 def _stream(owner: int, comm: str, device: str) -> dict[str, Any]:

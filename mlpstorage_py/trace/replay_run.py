@@ -69,12 +69,14 @@ def _merge(into: dict[str, int], hist: dict[str, Any]) -> None:
 
 
 def _figures(bytes_by: dict[str, int], seconds_by: dict[str, float], hists: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """Per direction: bytes, MiB/s and the latency percentiles (µs)."""
+    """Per direction: bytes, MiB/s, the latencies counted and their percentiles (µs; none from
+    fewer than io_trace.MIN_SAMPLES)."""
     out: dict[str, Any] = {}
     for d in DIRECTIONS:
         seconds = seconds_by.get(d) or 0.0
         entry: dict[str, Any] = {"bytes": bytes_by.get(d, 0),
-                                 "mib_s": round(bytes_by.get(d, 0) / MIB / seconds, 2) if seconds else None}
+                                 "mib_s": round(bytes_by.get(d, 0) / MIB / seconds, 2) if seconds else None,
+                                 "latency_samples": io_trace.samples(hists.get(d) or {})}
         for label, q in QUANTILES.items():
             entry[f"{label}_us"] = io_trace.percentile(hists.get(d) or {}, q)
         out[d] = entry
@@ -408,24 +410,42 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "fio_version": reports[0].get("fio version"), "trace_level": trace.get("level"),
               "runtime_cap_s": runtime_cap, "page_cache": bound, "argv": [r.argv for r in runs],
-              "original": traced, "replay": replayed, "ratio": _ratios(replayed, traced), "jobs": per_job}
+              "original": traced, "replay": replayed, "ratio": _ratios(replayed, traced), "jobs": per_job,
+              "others_share_bytes": io_trace.others(trace)}
     path = _result_path(leaf, json.dumps(record, indent=2) + "\n")
     return record, path, p.written
 
 
+def _cell(value: Any, side: dict[str, Any], key: str) -> str:
+    """A figure as printed; a percentile from too few latencies is their count (n=7)."""
+    if value is not None:
+        return f"{value:g}"
+    samples = side.get("latency_samples")
+    return f"n={samples}" if key.endswith("_us") and isinstance(samples, int) and samples > 0 else "-"
+
+
+def shared(record: dict[str, Any]) -> list[str]:
+    """The header's lines on the traced devices' other traffic (io_trace.json others_share_bytes)."""
+    found = record.get("others_share_bytes") or {}
+    return [f"{where}: {share:.1%} of its bytes were not the run's (other processes, the journal)"
+            for where, share in found.items() if isinstance(share, (int, float)) and share > 0]
+
+
 def table(record: dict[str, Any]) -> str:
-    """The replay's figures beside the original's, one row per figure."""
+    """The replay's figures beside the original's, one row per figure, after the traced devices'
+    shares of other traffic. A percentile needs io_trace.MIN_SAMPLES latencies (n=7: fewer)."""
     rows = [("", "original", "replay", "ratio")]
     for d in DIRECTIONS:
         if not (record["original"][d]["bytes"] or record["replay"][d]["bytes"]):
             continue
         for key, label in (("mib_s", f"{d} MiB/s"), *((f"{q}_us", f"{d} {q} us") for q in QUANTILES)):
             cells = [record["original"][d].get(key), record["replay"][d].get(key), record["ratio"].get(f"{d}_{key}")]
-            rows.append((label, *("-" if v is None else f"{v:g}" for v in cells)))
+            sides = [record["original"][d], record["replay"][d], {}]
+            rows.append((label, *(_cell(v, side, key) for v, side in zip(cells, sides))))
         rows.append((f"{d} bytes", str(record["original"][d]["bytes"]), str(record["replay"][d]["bytes"]), ""))
     meta = distiller.metadata(Path(record["leaf"])) or {}
     training = [] if (meta.get("benchmark_type"), meta.get("command")) != ("training", "run") else [
         "training: DLIO's train_io_mean_MB_per_second is the mean of its epochs' rates (each epoch's samples x record "
         "size over its training steps, compute included, the time between epochs left out); MiB/s here is all the "
         "traced bytes over the first to last read (that time included), which the replay offers (rate=)"]
-    return "\n".join([*(f"{a:<16}{b:>14}{c:>14}{d:>9}".rstrip() for a, b, c, d in rows), *training])
+    return "\n".join([*shared(record), *(f"{a:<16}{b:>14}{c:>14}{d:>9}".rstrip() for a, b, c, d in rows), *training])

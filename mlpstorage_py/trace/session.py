@@ -40,6 +40,8 @@ from mlpstorage_py.trace.devices import facts, problems
 from mlpstorage_py.trace.parse import Collector
 
 ATTACH_DEADLINE_S = 60.0
+DRAIN_S = 5.0  # how long the end waits for what the tracers counted to complete (a cap, met only by a hung request)
+DRAIN_STALL_S = 1.0  # ... or for a completion, once none came for this long (the rest will not be seen)
 PROBE_DEADLINE_S = 30.0
 CONNECT_TIMEOUT_S = 10
 AGENT = [sys.executable, "-m", "mlpstorage_py.trace.agent"]
@@ -121,16 +123,18 @@ class _Tracer:
         self.child: subprocess.Popen | None = None
         self.readers: list[threading.Thread] = []
         self.program: Path | None = None
+        self.drain = heartbeat.new_mark()  # its getpgid() makes this tracer drain (trace/bpf.py)
+        self.skipped: int | None = None  # its probes' runs the kernel skipped (agent.skipped_runs)
 
     def start(self, workdir: Path, index: int, shell: list[str], mark: int | None) -> None:
         self.program = workdir / f"io-trace-{uuid.uuid4().hex[:12]}-{index}.bt"
         filesystems = [int(p["fs_dev"]) for p in self.answer["paths"] if p.get("fs_dev") is not None]
-        self.program.write_text(program(self.targets, mark, filesystems), encoding="utf-8")
+        self.program.write_text(program(self.targets, mark, filesystems, self.drain), encoding="utf-8")
         if self.local:
             argv = agent.bpftrace_argv(self.answer["bpftrace"], self.program)
             stdin: int = subprocess.DEVNULL
         else:
-            argv, stdin = _remote(shell, self.host, [*AGENT, "run", str(self.program)]), subprocess.PIPE
+            argv, stdin = _remote(shell, self.host, [*AGENT, "run", str(self.program), str(self.drain)]), subprocess.PIPE
         log.info(f"trace-io: {self.host}: {shlex.join(argv)}")
         self.child = agent.start(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  env=agent.bpftrace_env())
@@ -157,11 +161,32 @@ class _Tracer:
         said = [line for line in self.errors if "ERROR" in line] or list(self.errors)
         return said[-1][:300] if said else f"exit {self.child.returncode if self.child else '?'}"
 
+    def ask_drain(self) -> None:
+        """Stop counting anything new: the drain's getpgid() here, or a line to a remote agent."""
+        if self.child is None or self.child.poll() is not None:
+            return
+        if self.local:
+            agent.drain(self.drain)
+            return
+        try:
+            self.child.stdin.write(agent.DRAIN_LINE)
+            self.child.stdin.flush()
+        except (OSError, ValueError):
+            pass
+
+    def drained(self) -> bool:
+        """Nothing it counted is in flight any more, or no completion came for DRAIN_STALL_S (or
+        it never counted, or it is gone)."""
+        since = self.collector.progress_at
+        stalled = since is not None and time.monotonic() - since >= DRAIN_STALL_S
+        return self.collector.drained or stalled or not self.collector.ready or self.finished()
+
     def ask_stop(self) -> None:
         """SIGINT to our bpftrace; for a remote host, close the agent's stdin."""
         if self.child is None or self.child.poll() is not None:
             return
         if self.local:
+            self.skipped = agent.skipped_runs(self.child.pid)
             self.child.send_signal(signal.SIGINT)
         else:
             try:
@@ -252,9 +277,16 @@ class TraceSession:
         self._record = self._build()
 
     def _teardown(self) -> None:
-        """SIGINT (or stdin closed) to all at once, then wait for each; a second interrupt
-        kills what is left. A remote agent that did not say it ended is reaped on its host."""
+        """Each tracer drains first (counts nothing new; DRAIN_S at most until what it counted
+        completed, so its latency histograms hold it), then SIGINT (or stdin closed) to all at
+        once, then wait for each; a second interrupt kills what is left. A remote agent that did
+        not say it ended is reaped on its host."""
         try:
+            for tracer in self.tracers:
+                tracer.ask_drain()
+            until = time.monotonic() + DRAIN_S
+            while not all(tracer.drained() for tracer in self.tracers) and time.monotonic() < until:
+                time.sleep(0.02)
             for tracer in self.tracers:
                 tracer.ask_stop()
             for tracer in self.tracers:
@@ -277,12 +309,16 @@ class TraceSession:
         return self._record
 
     def _build(self) -> dict[str, Any]:
-        duration = max(self._stopped - self._started, 0.0) if self._started else 0.0
+        """The record; its duration is the longest tracer's span on its own clock (the clock of
+        its streams' first_s/last_s), so every window lies within it; without a tracer, ours."""
+        spans = [t.collector.span_s() for t in self.tracers if t.child is not None and t.collector.ready]
+        duration = max(spans) if spans else max(self._stopped - self._started, 0.0) if self._started else 0.0
         hosts: dict[str, Any] = {}
         for tracer in self.tracers:
             complete = tracer.child is not None and tracer.collector.ended
             hosts[tracer.host] = {"hostname": tracer.answer["hostname"], **tracer.collector.part(True, tracer.targets),
-                                  "paths": tracer.answer["paths"], "complete": complete or not tracer.targets}
+                                  "paths": tracer.answer["paths"], "complete": complete or not tracer.targets,
+                                  "skipped_probe_runs": tracer.skipped if tracer.local else tracer.collector.skipped}
             if not hosts[tracer.host]["complete"]:
                 hosts[tracer.host]["error"] = f"the tracer did not print its maps: {tracer.why()}"
         return {"schema": SCHEMA, **self._level(), "duration_s": round(duration, 3), "data_paths": self.data_paths,
