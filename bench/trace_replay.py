@@ -425,8 +425,23 @@ class Part:
     def round(self, index: int) -> str:
         raise NotImplementedError
 
+    # what summary() prints: (key in each round's ratios, label, goal or None) and the latency
+    # directions, in order
+    RATIOS: tuple[tuple[str, str, float | tuple[float, float] | None], ...] = ()
+    DIRECTIONS: tuple[str, ...] = ()
+
     def summary(self, judge: Judge) -> dict[str, Any]:
-        raise NotImplementedError
+        """Each ratio of RATIOS as the median of the rounds with its spread, then the latency."""
+        figures: dict[str, Any] = {"rounds": self.rounds, "ratios": {}}
+        for key, label, goal in self.RATIOS:
+            self.ratio(key, label, goal, judge, figures)
+        self.explain(figures)
+        figures["latency_us"] = latency_columns(self.rounds, self.DIRECTIONS)
+        print_latency(self.name, figures["latency_us"])
+        return figures
+
+    def explain(self, figures: dict[str, Any]) -> None:
+        """What a part adds to its figures between the ratios and the latency."""
 
     def ratio(self, key: str, label: str, goal: float | tuple[float, float] | None, judge: Judge,
               figures: dict[str, Any], note: str = "") -> None:
@@ -461,17 +476,15 @@ class Checkpoint(Part):
                 f"{save_t:.3f} load {load_t:.3f}, its replay write {write:.3f} read {read:.3f} GiB/s; traced/untraced "
                 f"{r['traced_save']:.3f} {r['traced_load']:.3f}, replay/run {r['replay_write']:.3f} {r['replay_read']:.3f}")
 
-    def summary(self, judge: Judge) -> dict[str, Any]:
-        figures: dict[str, Any] = {"rounds": self.rounds, "ratios": {}}
-        self.ratio("traced_save", "checkpoint traced / untraced save", OVERHEAD_GOAL, judge, figures)
-        self.ratio("traced_load", "checkpoint traced / untraced load", OVERHEAD_GOAL, judge, figures)
-        self.ratio("replay_write", "checkpoint replay write / traced run save", REPLAY_GOAL, judge, figures)
-        self.ratio("replay_read", "checkpoint replay read / traced run load", REPLAY_GOAL, judge, figures)
+    RATIOS = (("traced_save", "checkpoint traced / untraced save", OVERHEAD_GOAL),
+              ("traced_load", "checkpoint traced / untraced load", OVERHEAD_GOAL),
+              ("replay_write", "checkpoint replay write / traced run save", REPLAY_GOAL),
+              ("replay_read", "checkpoint replay read / traced run load", REPLAY_GOAL))
+    DIRECTIONS = ("write", "read")
+
+    def explain(self, figures: dict[str, Any]) -> None:
         figures["medians_gib_s"] = {k: statistics.median(r["gib_s"][k] for r in self.rounds)
                                     for k in self.rounds[0]["gib_s"]}
-        figures["latency_us"] = latency_columns(self.rounds, ("write", "read"))
-        print_latency("checkpoint", figures["latency_us"])
-        return figures
 
 
 class KVCache(Part):
@@ -494,15 +507,11 @@ class KVCache(Part):
                 f"{write:.1f}), replay read {mib_s['read']:.1f} write {mib_s['write']:.1f}; replay/run {r['replay_read']} "
                 f"{r['replay_write']}")
 
-    def summary(self, judge: Judge) -> dict[str, Any]:
-        figures: dict[str, Any] = {"rounds": self.rounds, "ratios": {}}
-        self.ratio("replay_read", "kvcache Option 1 replay read / traced run", REPLAY_GOAL, judge, figures)
-        self.ratio("replay_write", "kvcache Option 1 replay write / traced run", REPLAY_GOAL, judge, figures)
-        self.ratio("ranks_read", "kvcache Option 1 replay read / the ranks' own bandwidth", None, judge, figures)
-        self.ratio("ranks_write", "kvcache Option 1 replay write / the ranks' own bandwidth", None, judge, figures)
-        figures["latency_us"] = latency_columns(self.rounds, ("read", "write"))
-        print_latency("kvcache", figures["latency_us"])
-        return figures
+    RATIOS = (("replay_read", "kvcache Option 1 replay read / traced run", REPLAY_GOAL),
+              ("replay_write", "kvcache Option 1 replay write / traced run", REPLAY_GOAL),
+              ("ranks_read", "kvcache Option 1 replay read / the ranks' own bandwidth", None),
+              ("ranks_write", "kvcache Option 1 replay write / the ranks' own bandwidth", None))
+    DIRECTIONS = ("read", "write")
 
 
 class Training(Part):
@@ -532,10 +541,11 @@ class Training(Part):
                 f"to last read), replay {replayed['mib_s']}; replay/run {r['ratios']['replay_read']}, replay/DLIO "
                 f"{r['ratios']['dlio'] or 0:.3f}")
 
-    def summary(self, judge: Judge) -> dict[str, Any]:
-        figures: dict[str, Any] = {"rounds": self.rounds, "ratios": {}}
-        self.ratio("replay_read", "training unet3d replay read / traced run", REPLAY_GOAL, judge, figures)
-        self.ratio("dlio", "training unet3d replay read / DLIO's train_io_mean", None, judge, figures)
+    RATIOS = (("replay_read", "training unet3d replay read / traced run", REPLAY_GOAL),
+              ("dlio", "training unet3d replay read / DLIO's train_io_mean", None))
+    DIRECTIONS = ("read",)
+
+    def explain(self, figures: dict[str, Any]) -> None:
         mid = sorted(self.rounds, key=lambda r: r["ratios"]["dlio"] or 0)[len(self.rounds) // 2]
         steps = mid["dlio_epoch_steps_s"]
         print(f"  why not 1: {TRAINING_WHY}. The median round: DLIO's {len(steps)} epochs read {mid['dlio_epoch_mib']:.0f} "
@@ -545,9 +555,6 @@ class Training(Part):
               f"last read, {mid['run_read_window_s'] or 0:.2f} s, {mid['run_mib_s']} MiB/s, the rate the replay offered "
               f"(it moved {mid['replay_mib_s']} MiB/s)")
         figures["why"] = TRAINING_WHY
-        figures["latency_us"] = latency_columns(self.rounds, ("read",))
-        print_latency("training", figures["latency_us"])
-        return figures
 
 
 PARTS: dict[str, type[Part]] = {"checkpoint": Checkpoint, "kvcache": KVCache, "training": Training}
