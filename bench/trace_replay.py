@@ -2,7 +2,7 @@
 to the run, checkpoint, KV cache and training (issues 27, 42). Needs root and bpftrace (else it
 says so and measures nothing).
 
-    .venv/bin/python bench/trace_replay.py [--quick] [--rounds N] [--dir DIR] [--only checkpoint kvcache training]
+    .venv/bin/python bench/trace_replay.py [--quick] [--rounds N] [--dir DIR] [--only checkpoint kvcache training portable]
 
 Rounds (--rounds, default and at least 5 for a verdict) are interleaved: each round runs every
 part once, in the order checkpoint, kvcache, training, so a slow minute of this shared machine
@@ -33,6 +33,13 @@ median round's seconds; DLIO's figure is the mean of its epochs' rates, each epo
 record size over that epoch's training steps, the time between epochs left out, so a short epoch
 weighs as much as a long one; the trace's and the replay's are all the bytes over the first to
 last read, that time included).
+
+portable: replay.fio carried away from mlpstorage (issue 42). One traced checkpoint leaf made
+once (as the checkpoint part's), then per round `mlpstorage replay` of it and the commands that
+`mlpstorage replay LEAF --directory DIR --print-command` prints, run by a shell as an engineer
+pastes them (the memory cgroup they make included), on the same directory, their order turning
+each round, neither traced: the printed commands' write and read MiB/s / mlpstorage replay's
+(goal 0.9-1.1, within 10 %).
 
 Latency, per part and direction, side by side and never as a ratio (they are taken at different
 points): the run's device latency (its io_trace.json), the replay's fio clat (submission to
@@ -91,6 +98,7 @@ LOAD_LIMIT = LOAD_PER_CORE * (os.cpu_count() or 1)
 SAMPLE_S = 1.0  # the others' load sampler's interval
 OVERHEAD_GOAL = 0.95  # traced / untraced, at least
 REPLAY_GOAL = (0.85, 1.15)  # replay / run, within 15 %
+PORTABLE_GOAL = (0.9, 1.1)  # the printed commands / mlpstorage replay, within 10 %
 QUANTILES = ("p50", "p95", "p99")
 QUICK = {"layers": 4, "kv_users": 3, "kv_duration": 5, "train_files": 32}
 FULL = {"layers": 8, "kv_users": 5, "kv_duration": 10, "train_files": 64}
@@ -383,23 +391,24 @@ def training_run(results: Path, data: Path, files: int) -> tuple[float, list[flo
     return float(json.loads((leaf / "summary.json").read_text())["metric"]["train_io_mean_MB_per_second"]), epochs, leaf
 
 
-def replay(leaf: Path, directory: Path, scratch: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def replay(leaf: Path, directory: Path, scratch: Path, traced: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """`mlpstorage replay` of the leaf on directory, traced by the project's tracer (the same
-    TraceSession `--trace-io` runs, on the replay's directory): (its replay_*.json record, the
-    replay's own trace). The replay's printed table is not shown: its latency ratio divides
-    the run's device time by fio's clat; the figures here come from the record."""
+    TraceSession `--trace-io` runs, on the replay's directory) unless `traced` is False: (its
+    replay_*.json record, the replay's own trace, {} untraced). The replay's printed table is not
+    shown: its latency ratio divides the run's device time by fio's clat; the figures here come
+    from the record."""
     from mlpstorage_py.trace.session import TraceSession
 
     remove(directory)
     directory.mkdir(parents=True)
-    with TraceSession(["localhost"], [str(directory)], None, scratch) as session:
+    with TraceSession(["localhost"], [str(directory)], None, scratch) if traced else contextlib.nullcontext() as session:
         done = subprocess.run([MLPSTORAGE, "replay", str(leaf), "--directory", str(directory)],
                               capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"trace_replay: the replay failed (exit {done.returncode}): {done.stderr[-600:]}")
     record = json.loads(max(leaf.glob("replay_*.json")).read_text())
     remove(directory, settle=False)
-    return record, session.record()
+    return record, session.record() if session is not None else {}
 
 
 def latencies(run_leaf: Path, record: dict[str, Any], replay_trace: dict[str, Any]) -> dict[str, Any]:
@@ -436,8 +445,9 @@ class Part:
         for key, label, goal in self.RATIOS:
             self.ratio(key, label, goal, judge, figures)
         self.explain(figures)
-        figures["latency_us"] = latency_columns(self.rounds, self.DIRECTIONS)
-        print_latency(self.name, figures["latency_us"])
+        if self.DIRECTIONS:  # a part that compares two replays has no run latency beside them
+            figures["latency_us"] = latency_columns(self.rounds, self.DIRECTIONS)
+            print_latency(self.name, figures["latency_us"])
         return figures
 
     def explain(self, figures: dict[str, Any]) -> None:
@@ -557,7 +567,62 @@ class Training(Part):
         figures["why"] = TRAINING_WHY
 
 
-PARTS: dict[str, type[Part]] = {"checkpoint": Checkpoint, "kvcache": KVCache, "training": Training}
+class Portable(Part):
+    """replay.fio carried away from mlpstorage: the commands `mlpstorage replay --print-command`
+    prints, run by a shell as an engineer would paste them (the shell is the point of the test),
+    against `mlpstorage replay` of the same leaf on the same directory, their order turning each
+    round, neither traced. One traced checkpoint leaf (buffered writes with sync_file_range, then reads: where a
+    page-cache bound matters most) is made once and replayed every round."""
+
+    name = "portable"
+
+    def prepare(self) -> None:
+        self.leaf = checkpoint_run(self.results, self.work / "ckpt", self.args.layers, traced=True)[2]
+        remove(self.work / "ckpt")
+
+    def printed(self, directory: Path) -> dict[str, Any]:
+        from mlpstorage_py.trace import replay_run
+
+        remove(directory)
+        directory.mkdir(parents=True)
+        shown_ = subprocess.run([MLPSTORAGE, "replay", str(self.leaf), "--directory", str(directory), "--print-command"],
+                                capture_output=True, text=True, check=True).stdout
+        commands = [line for line in shown_.splitlines() if line.strip() and not line.startswith("#")]
+        reports = []
+        for i, line in enumerate(commands):
+            out = self.scratch / f"printed{i}.json"
+            with open(out, "w") as fh:
+                done = subprocess.run(["sh", "-c", line], stdout=fh, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"trace_replay: the printed command failed (exit {done.returncode}): {done.stderr[-600:]}")
+            reports.append({**replay_run.fio_report(out), "_host": "localhost"})
+        for group in Path("/sys/fs/cgroup/memory/fio-replay"), Path("/sys/fs/cgroup/fio-replay"):
+            with contextlib.suppress(OSError):
+                group.rmdir()  # the printed commands' cgroup, once fio has left it
+        remove(directory, settle=False)
+        return replay_run.measured(reports)[0]
+
+    def round(self, index: int) -> str:
+        got: dict[str, dict[str, Any]] = {}
+        for way in ("tool", "printed") if index % 2 == 0 else ("printed", "tool"):
+            if way == "tool":
+                got[way] = replay(self.leaf, self.work / "replay", self.scratch, traced=False)[0]["replay"]
+            else:
+                got[way] = self.printed(self.work / "replay")
+        mib_s = {way: {d: got[way][d]["mib_s"] or 0 for d in ("write", "read")} for way in got}
+        self.rounds.append({"mib_s": mib_s, "ratios": {f"printed_{d}": mib_s["printed"][d] / mib_s["tool"][d]
+                                                       if mib_s["tool"][d] else None for d in ("write", "read")}})
+        r = self.rounds[-1]["ratios"]
+        return (f"portable: mlpstorage replay write {mib_s['tool']['write']:.0f} read {mib_s['tool']['read']:.0f}, "
+                f"the printed commands write {mib_s['printed']['write']:.0f} read {mib_s['printed']['read']:.0f} MiB/s; "
+                f"printed/tool {r['printed_write'] or 0:.3f} {r['printed_read'] or 0:.3f}")
+
+    RATIOS = (("printed_write", "checkpoint replay.fio by the printed commands / mlpstorage replay, write", PORTABLE_GOAL),
+              ("printed_read", "checkpoint replay.fio by the printed commands / mlpstorage replay, read", PORTABLE_GOAL))
+
+
+PARTS: dict[str, type[Part]] = {"checkpoint": Checkpoint, "kvcache": KVCache, "training": Training,
+                               "portable": Portable}
 
 
 def load_text(before: float, others: OthersLoad, since: float = 0.0) -> str:

@@ -622,3 +622,25 @@ def test_a_training_runs_table_says_what_dlio_measures(tmp_path):
         notes = [line for line in lines if "train_io_mean_MB_per_second" in line]
         assert len(notes) == expected, lines
         assert not notes or ("first to last read" in notes[0] and "time between epochs left out" in notes[0])
+
+
+def test_the_bound_leaves_writers_the_files_they_held_dirty():
+    """A writer that flushed only as it closed a file (kv-cache.py) held a file per clone dirty:
+    the page-cache bound grows by that, the largest phase's sum; a writer that started its own
+    writeback as it went (sync_file_range, the checkpoint engine) and a reader add nothing."""
+    from mlpstorage_py.trace import replay as distiller
+    from mlpstorage_py.trace.replay_run import dirty_held
+
+    def job(phase: int, write: int, **options: str) -> distiller.Job:
+        return distiller.Job(name="j", host="h", stream={}, options=list(options.items()), write_bytes=write,
+                             read_bytes=0 if write else 1, phase=phase)
+
+    kv = [job(0, 1, rw="write", numjobs="3", filesize="624m", fsync_on_close="1"),
+          job(0, 1, rw="write", numjobs="3", nrfiles="3", filesize="261m", fsync_on_close="1"),
+          job(0, 0, rw="read", numjobs="3", filesize="275m")]
+    assert dirty_held(kv) == 3 * 624 * MIB + 3 * 261 * MIB
+    checkpoint = [job(0, 1, rw="write", numjobs="1", filesize="427m", fsync_on_close="1", sync_file_range="write:1"),
+                  job(1, 0, rw="read", numjobs="1", filesize="427m")]
+    assert dirty_held(checkpoint) == 0
+    phased = [job(0, 1, rw="write", numjobs="2", size="100m"), job(1, 1, rw="write", numjobs="1", filesize="300m")]
+    assert dirty_held(phased) == 300 * MIB

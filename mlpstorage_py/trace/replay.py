@@ -434,7 +434,8 @@ def distill(trace: dict[str, Any], leaf_metadata: dict[str, Any] | None, *, name
                      "once the one before has ended (stonewall)")
     lines += ["; run: fio --directory=DIR replay.fio  (or mlpstorage replay LEAF --directory DIR)",
               f"; mlpstorage replay bounds this host's page cache for fio (a memory cgroup of "
-              f"{int(settings()['page_cache_mib'])} MiB beside fio's buffers): buffered figures without it follow the "
+              f"{int(settings()['page_cache_mib'])} MiB beside fio's buffers and the files its writers hold dirty until they "
+              "close them): buffered figures without it follow the "
               "host's free memory, not the storage; `mlpstorage replay LEAF --directory DIR --print-command` prints "
               "the exact commands, the cgroup included, for a shell without mlpstorage",
               "; on another array the request sizes, mix, order, depth, files, flushes and pacing stay the run's; "

@@ -302,6 +302,22 @@ def fio_buffers(jobs: list[distiller.Job]) -> int:
     return total
 
 
+def dirty_held(jobs: list[distiller.Job]) -> int:
+    """The dirty pages the run's writers held, which the bound must leave them: a writer that
+    flushed only as it closed a file (fsync_on_close, no sync_file_range: kv-cache.py writes a
+    file, then fsyncs it) held up to a file per clone; the jobs of one phase run at once, so the
+    largest phase's sum. Bounded below that, fio's writers fill the group with dirty pages and
+    its readers wait in reclaim for their writeback, which the run's readers never did (a KV
+    replay's reads at 0.6 of the run's at 128 or 512 MiB, 0.98 at 2 GiB or unbounded, here)."""
+    by_phase: dict[int, int] = {}
+    for job in jobs:
+        options = dict(job.options)
+        if job.write_bytes and "sync_file_range" not in options:
+            per_file = distiller.fio_size(options.get("filesize") or options.get("size") or "0")
+            by_phase[job.phase] = by_phase.get(job.phase, 0) + int(options.get("numjobs", 1)) * per_file
+    return max(by_phase.values(), default=0)
+
+
 @dataclass
 class Plan:
     """What a replay runs: the checked job, each host's fio arguments (less the job file), the
@@ -356,7 +372,7 @@ def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: f
     total = sum(j.read_bytes + j.write_bytes for j in made)
     deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
     mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
-    limit = mib * MIB + 2 * fio_buffers(made) if mib else 0
+    limit = mib * MIB + 2 * fio_buffers(made) + dirty_held(made) if mib else 0
     return Plan(leaf, directory, trace, meta, fio, text, job_file, written, hosts, plan, limit, made, deadline)
 
 
