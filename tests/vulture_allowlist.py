@@ -24,6 +24,8 @@ _._power_rule, _._network_port_rule, _._capabilities_rule, _._architecture_rule,
 _.RULE_MODULES
 # pathlib reads a Path's string from its _str slot, which results/tree/files.py sets as it makes a child.
 _._str
+# The benchmark table (benchmarks/table.py) imports each benchmark's class by its name.
+_.TrainingBenchmark, _.CheckpointingBenchmark, _.VectorDBBenchmark, _.KVCacheBenchmark
 # The interpreter reads an object's __class__, the import system a package's __path__ (the deferred
 # TensorFlow of benchmarks/dlio_rank.py sets both).
 _.__class__, _.__path__

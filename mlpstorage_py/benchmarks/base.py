@@ -70,8 +70,7 @@ class Benchmark(abc.ABC):
     """A benchmark family. Subclasses decide the plan and run the engine; the lifecycle
     (benchmarks.lifecycle.run) owns leaves, metadata, provenance and failure handling."""
 
-    benchmark_type: ClassVar[str]
-    family: ClassVar[str]
+    benchmark_type: ClassVar[str]  # its results-tree name, as its row of benchmarks/table.py says
     # What runs the workload when it is not DLIO (recorded in provenance.json's dlio block).
     engine: ClassVar[str | None] = None
 
@@ -97,7 +96,7 @@ class Benchmark(abc.ABC):
         """The user's --params, gated (Rules 3.6.2/3.6.3/4.6.3) before anything uses them;
         returns them with the verification state they give the run."""
         params = parse_params(self.request.arg("params"))
-        verification = check_overrides(self.family, self.request.mode, params,
+        verification = check_overrides(self.benchmark_type, self.request.mode, params,
                                        allow_invalid=bool(self.request.arg("allow_invalid_params", False)))
         return params, verification
 

@@ -42,7 +42,6 @@ SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", 
 
 class CheckpointingBenchmark(Benchmark):
     benchmark_type = "checkpointing"
-    family = "checkpointing"
     engine = ENGINE
 
     def leaf_tail(self) -> Path:

@@ -189,7 +189,6 @@ def _text(value: Any) -> str:
 # -- the benchmark --------------------------------------------------------------------------
 class KVCacheBenchmark(Benchmark):
     benchmark_type = "kv_cache"
-    family = "kv_cache"
     engine = ENGINE
 
     def __init__(self, request: Any) -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.benchmarks import tracing
+from mlpstorage_py.benchmarks import table, tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
 from mlpstorage_py.launch.deadline import reporting
@@ -53,9 +53,9 @@ def systemname(bench: Benchmark) -> str:
 
 def run(bench: Benchmark) -> int:
     req = bench.request
-    # configview, and checkpointing/kvcache datasize (no phase directory in the rules), only print.
-    plan_only = req.mode == "whatif" or req.command == "configview" or \
-        (req.benchmark in ("checkpointing", "kvcache") and req.command == "datasize")
+    # whatif, and the commands the benchmark table marks (configview; a datasize with no phase
+    # directory in the rules), only print.
+    plan_only = req.mode == "whatif" or req.command in table.row(req.benchmark).plan_only
     if not plan_only:
         system = systemname(bench)
         results_dir, source = resolve_results_dir(req.arg("results_dir"))
@@ -162,7 +162,7 @@ def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] 
     record = fs_probe.probe(plan.data_dir, results_dir)
     if record["same_filesystem"] and req.mode == "closed" and req.command != "datasize" \
             and not req.arg("skip_fs_separation_gate", False):
-        rule = {"training": "3.4.2", "checkpointing": "4.4.2", "vector_database": "5.4.2"}.get(bench.family, "")
+        rule = table.row(req.benchmark).fs_rule
         raise GateRefused(f"data directory {plan.data_dir} and results directory {results_dir} are on the same filesystem "
                           f"(Rules {rule}); put them on different filesystems")
     return record
@@ -223,7 +223,7 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
     hosts = libraries.collect(leaf / libraries.DIR_NAME)
     for module, by_version in libraries.disagreements(hosts):
         log.warning(libraries.describe(module, by_version))
-    provenance.write(leaf, provenance.build(bench.family, plan.parameters, digest, bench.engine, plan.storage_library,
+    provenance.write(leaf, provenance.build(bench.benchmark_type, plan.parameters, digest, bench.engine, plan.storage_library,
                                             plan.dlio_engine, plan.engine_identity, hosts))
     end = time.time()
     metadata.update(

@@ -114,7 +114,6 @@ def _recorded_count(path: Path, meta: dict[str, Any], name: str, least: int, mos
 
 class TrainingBenchmark(Benchmark):
     benchmark_type = "training"
-    family = "training"
 
     def leaf_tail(self) -> Path:
         return layout.leaf_tail("training", model=self.request.model, command=self.request.command)

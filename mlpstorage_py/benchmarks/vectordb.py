@@ -74,7 +74,6 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 1) -> int
 
 class VectorDBBenchmark(Benchmark):
     benchmark_type = "vector_database"
-    family = "vector_database"
     engine = "pymilvus / Milvus"
 
     def __init__(self, request) -> None:

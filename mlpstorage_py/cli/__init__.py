@@ -1,7 +1,8 @@
 """The argparse tree: `mlpstorage <mode> <benchmark> ...` plus the utility commands.
 
 Parsing only: each utility command's parser carries its entry of the command table (cli/table.py)
-as `_command`, each benchmark's its `_benchmark`, and cli/dispatch.py runs what argparse picked.
+as `_command`; a benchmark's parser is one row of the benchmark table (benchmarks/table.py), its
+flags added by the cli module the row names; cli/dispatch.py runs what argparse picked.
 Nothing here imports an engine. Given argv, only the mode it names gets its
 benchmark tree (read from the YAML tables), so `--help`, `version` and the utility commands
 start without loading them.
@@ -10,9 +11,10 @@ start without loading them.
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from mlpstorage_py import __version__
-from mlpstorage_py.cli import checkpointing, kvcache, table, training, vectordb
+from mlpstorage_py.cli import table
 from mlpstorage_py.cli.common import MODES, Parser
 
 
@@ -31,10 +33,11 @@ def build_parser(argv: list[str] | None = None) -> Parser:
         benches = mode_parser.add_subparsers(dest="benchmark", metavar="<benchmark>", required=True)
         if argv is not None and _selected_mode(argv) != mode:
             continue
-        training.register(benches, mode)
-        checkpointing.register(benches, mode)
-        vectordb.register(benches, mode)
-        kvcache.register(benches, mode)
+        from mlpstorage_py.benchmarks.table import BENCHMARKS  # only once a mode is named
+
+        for row in BENCHMARKS:
+            bench = benches.add_parser(row.cli_name, help=row.summary, description=row.description)
+            importlib.import_module(row.flags).register(bench, mode)
     table.register(top)
     return parser
 

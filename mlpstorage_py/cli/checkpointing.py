@@ -10,9 +10,8 @@ from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.rules.tables import checker, edition
 
 
-def register(benches: Any, mode: str) -> None:
-    bench = benches.add_parser("checkpointing", help="LLM checkpoint write and read (llama3 8b/70b/405b/1t)",
-                               description="Checkpointing workloads: write then read checkpoints across MPI ranks.")
+def register(bench: Any, mode: str) -> None:
+    """Its models, commands and flags under its parser (benchmarks/table.py's row)."""
     models = bench.add_subparsers(dest="model", metavar="<model>", required=True)
     table = edition()["closed"]["checkpointing"]
     accels = sorted({a for v in table.values() for a in v})
@@ -24,7 +23,7 @@ def register(benches: Any, mode: str) -> None:
         for name, text in (("datasize", "estimate checkpoint size and host memory needs"),
                            ("run", "write and/or read checkpoints"),
                            ("configview", "show the resolved configuration without running")):
-            p = command_parser(commands, name, text, "checkpointing")
+            p = command_parser(commands, name, text)
             p.add_argument("--client-host-memory-in-gb", "-cm", type=positive_float, required=True,
                            help="memory of each client host in GiB")
             p.add_argument("--num-processes", "-np", type=positive_int, required=True,

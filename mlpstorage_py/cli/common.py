@@ -150,7 +150,7 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
                         help="record the filesystem probe but do not refuse a shared filesystem")
 
 
-def command_parser(subparsers: Any, name: str, help_text: str, benchmark: str) -> argparse.ArgumentParser:
+def command_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
-    parser.set_defaults(_benchmark=benchmark, command=name)
+    parser.set_defaults(command=name)
     return parser

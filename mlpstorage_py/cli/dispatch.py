@@ -30,7 +30,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     if extras:
         raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see --help)")
     args = vars(namespace)
-    if args.get("_benchmark"):  # the per-user defaults are benchmark settings; other commands stay light
+    if not args.get("_command"):  # a benchmark: the per-user defaults are its settings; other commands stay light
         from mlpstorage_py.cli.user_config import apply_defaults
 
         apply_defaults(args)  # flag > MLPSTORAGE_* > user config, each value checked by its flag's validator

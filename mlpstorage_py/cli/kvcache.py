@@ -16,16 +16,14 @@ from mlpstorage_py.rules.tables import workloads
 
 
 
-def register(benches: Any, mode: str) -> None:
+def register(bench: Any, mode: str) -> None:
+    """Its commands and flags under its parser (benchmarks/table.py's row)."""
     table = workloads()["kv_cache"]
-    bench = benches.add_parser("kvcache", help="KV cache offload to storage (kv-cache.py per MPI rank)",
-                               description="KV cache benchmark: the three Options of Table KVCache-1, each --trials "
-                                           "times, one kv-cache.py per MPI rank.")
     bench.set_defaults(model=table["closed_model"])
     commands = bench.add_subparsers(dest="command", metavar="<command>", required=True)
     for name, text in (("datasize", "estimate how much KV cache each Option can place on the storage tier"),
                        ("run", "run the Options and aggregate the ranks' results (Rules 6.3.4)")):
-        p = command_parser(commands, name, text, "kvcache")
+        p = command_parser(commands, name, text)
         p.add_argument("--cache-dir", help="the storage tier under test; each rank uses <cache-dir>/rank_<N>/ "
                                            "(must be on another file system than --results-dir)")
         p.add_argument("--num-processes", "-np", type=positive_int, help="total ranks (clients) over all hosts")

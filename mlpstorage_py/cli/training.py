@@ -20,17 +20,16 @@ def _models(mode: str) -> dict[str, list[str]]:
     return models
 
 
-def register(benches: Any, mode: str) -> None:
-    bench = benches.add_parser("training", help="training workloads through DLIO (unet3d, retinanet)",
-                               description="Training workloads: datasize, datagen and run through DLIO under MPI.")
+def register(bench: Any, mode: str) -> None:
+    """Its models, commands and flags under its parser (benchmarks/table.py's row)."""
     models = bench.add_subparsers(dest="model", metavar="<model>", required=True)
     for model, accels in _models(mode).items():
         mp = models.add_parser(model, help=f"{model} ({', '.join(accels)})")
         commands = mp.add_subparsers(dest="command", metavar="<command>", required=True)
-        _datasize(command_parser(commands, "datasize", "compute the dataset size the rules require (Rules 3.1.2)", "training"), mode, accels)
-        _datagen(command_parser(commands, "datagen", "generate the dataset with DLIO", "training"), mode)
-        _run(command_parser(commands, "run", "run the training workload with DLIO", "training"), mode, accels)
-        _run(command_parser(commands, "configview", "show the resolved DLIO configuration without running", "training"), mode, accels)
+        _datasize(command_parser(commands, "datasize", "compute the dataset size the rules require (Rules 3.1.2)"), mode, accels)
+        _datagen(command_parser(commands, "datagen", "generate the dataset with DLIO"), mode)
+        _run(command_parser(commands, "run", "run the training workload with DLIO"), mode, accels)
+        _run(command_parser(commands, "configview", "show the resolved DLIO configuration without running"), mode, accels)
 
 
 def add_dlio_bin_path(p: Any) -> None:

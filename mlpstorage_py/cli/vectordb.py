@@ -75,16 +75,15 @@ def _database(p: argparse.ArgumentParser, mode: str) -> None:
                   help="vector distribution; rows are L2-normalised (default uniform)")
 
 
-def register(benches: Any, mode: str) -> None:
+def register(bench: Any, mode: str) -> None:
+    """Its indexes, commands and flags under its parser (benchmarks/table.py's row)."""
     table = workloads()["vector_database"]
-    bench = benches.add_parser("vectordb", help="vector database load and query (Milvus)",
-                               description="Vector database benchmark on Milvus: load + index, then timed queries with recall.")
     indexes = bench.add_subparsers(dest="model", metavar="<INDEX>", required=True)
     for index in table["index_types"]["closed" if mode == "closed" else "open"]:
         ip = indexes.add_parser(index, help=f"{index} index")
         commands = ip.add_subparsers(dest="command", metavar="<command>", required=True)
 
-        p = command_parser(commands, "datasize", "estimate the storage a collection needs", "vectordb")
+        p = command_parser(commands, "datasize", "estimate the storage a collection needs")
         _scale(p)
         _build(p, mode)
         p.add_argument("--storage-root", "--data-dir", dest="data_dir",
@@ -92,7 +91,7 @@ def register(benches: Any, mode: str) -> None:
         add_params(p, mode)
         add_universal(p)
 
-        p = command_parser(commands, "datagen", "load vectors and build the index", "vectordb")
+        p = command_parser(commands, "datagen", "load vectors and build the index")
         _scale(p)
         _build(p, mode)
         _database(p, mode)
@@ -108,7 +107,7 @@ def register(benches: Any, mode: str) -> None:
         add_params(p, mode)
         add_universal(p)
 
-        p = command_parser(commands, "run", "run queries and measure recall", "vectordb")
+        p = command_parser(commands, "run", "run queries and measure recall")
         _scale(p)
         _database(p, mode)
         group = p.add_argument_group("queries")
