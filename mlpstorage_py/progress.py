@@ -168,7 +168,8 @@ class LogMarks:
 
     def __init__(self, path: Path, pattern: str) -> None:
         self.path, self.pattern = path, re.compile(pattern.encode())
-        self.offset, self.tail, self.seen = 0, b"", set()
+        self.offset, self.tail = 0, b""
+        self.seen: set[bytes] = set()
 
     def __call__(self) -> int:
         try:

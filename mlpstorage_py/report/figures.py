@@ -23,6 +23,8 @@ def _count(leaf: Leaf, key: str) -> int:
     value = (meta.get("args") or {}).get(key)
     if value is None:
         value = ((meta.get("parameters") or {}).get("checkpoint") or {}).get(key)
+    if value is None:
+        return 0
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
@@ -188,7 +190,7 @@ def vector_database(runs: list[Leaf]) -> tuple[Figures, list[str]]:
         issues.append(_blank("# Client Nodes", "client host count", host_lacking, len(records)))
 
     def fact(label: str, name: str) -> Any:
-        found = {}
+        found: dict[Any, list[str]] = {}
         for leaf in ordered:
             value, where = _vdb_fact(leaf, records[leaf.path.name][0], name)
             if isinstance(value, (list, dict)):  # a malformed record: not a figure, and not hashable

@@ -77,7 +77,7 @@ def _table_part(runs: list[Leaf]) -> tuple[str, dict[str, Any] | None]:
                 "figures</p>"), None
     if found_table.problem:
         return f'<p class="note">results.json is unreadable: {escape(found_table.problem)}</p>', None
-    table = found_table.value
+    table = found_table.value or {}  # read without a problem: an object
     parts = []
     found = table.get("figures")
     if isinstance(found, dict):

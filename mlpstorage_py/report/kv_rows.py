@@ -144,7 +144,8 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
     options = options if isinstance(options, dict) else {}
     out.figures = {"published_run": chosen.path.name, "columns": {}}
     for option in sorted(set(map(str, options)) | set(KV_GROUPS)):
-        block = options.get(option) if isinstance(options.get(option), dict) else {}
+        block = options.get(option)
+        block = block if isinstance(block, dict) else {}
         values = {name: block.get(key) if _figure(block.get(key)) else None for name, key in KV_FIELDS.items()}
         out.figures.update({f"option{option}_{name}": value for name, value in values.items()})
         if not block:

@@ -119,7 +119,8 @@ def code(pkg: Package, leaf: Leaf) -> Cell:
         if not isinstance(recorded, str) or code_image.parse_pointer(code_image.pointer_text(recorded)) is None:
             return "unknown", None
         text = code_image.pointer_text(recorded)
-        note = (f"Code from {leaf.record('metadata').path.name} args._validated_pool_hash: "
+        where = leaf.record("metadata").path
+        note = (f"Code from {where.name if where else 'metadata'} args._validated_pool_hash: "
                 f"{leaf.path.name} has no {code_image.POINTER_FILE}")
     digest = code_image.parse_pointer(text)
     if digest is None:

@@ -165,10 +165,10 @@ def _read(systems: list[System]) -> Share:
                 share.results.append((where, workload, leaves[0].benchmark, exc))
                 return share
             share.results.append((where, workload, leaves[0].benchmark, row))
-        if not isinstance(share.manifests.get(where), ConfigurationError):
+        known = share.manifests.get(where)
+        if not isinstance(known, ConfigurationError):
             try:
                 found = _shaped(lambda: manifest.part(pkg, system.leaves), system.path.parents[1])
-                known = share.manifests.get(where)
                 share.manifests[where] = manifest.Part(known.text + found.text, known.images | found.images,
                                                        known.tools | found.tools,
                                                        known.commits | found.commits) if known else found
@@ -218,10 +218,11 @@ def generate(root: Path) -> list[Path]:
         written.append(_write(results / "results.csv", table.to_csv(rows)))
         if ids:
             written.append(_write(results / PUBLIC_IDS, json.dumps(ids, indent=2, sort_keys=True)))
-        org_parts = parts.get((division, org), [])
-        for found in org_parts:
+        org_parts: list[manifest.Part] = []
+        for found in parts.get((division, org), []):
             if isinstance(found, ConfigurationError):
                 raise found
+            org_parts.append(found)
         written.append(_write(org_dir / "submission.yaml", manifest.text(division, org, org_dir, org_parts)))
     return written
 

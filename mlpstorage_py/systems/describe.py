@@ -59,6 +59,8 @@ class Note:
 class Key(str):
     """A mapping key written with a comment line above it (the key itself is the plain string)."""
 
+    comment: str
+
     def __new__(cls, key: str, comment: str) -> "Key":
         made = super().__new__(cls, key)
         made.comment = comment
@@ -130,8 +132,8 @@ def _media(device: dict[str, Any]) -> str:
     if virtual:
         return fill(f"{choices('drive', 'media_type')}: a virtual disk ({virtual}), whose rotational flag "
                     "says nothing of the media behind it")
-    return {True: "HDD", False: fill("TLC | QLC | other: the NAND cell type")}.get(device.get("rotational")) \
-        or fill(choices("drive", "media_type"))
+    by_flag: dict[Any, str] = {True: "HDD", False: fill("TLC | QLC | other: the NAND cell type")}
+    return by_flag.get(device.get("rotational")) or fill(choices("drive", "media_type"))
 
 
 def _vendor(device: dict[str, Any]) -> str | Note:
@@ -241,8 +243,8 @@ def newest_records(leaves: list[Leaf]) -> tuple[list[dict[str, Any]], list[str]]
 def document(system: str, leaves: list[Leaf], records: list[dict[str, Any]]) -> dict[str, Any]:
     """The description of these hosts: identical clients as one entry with their quantity."""
     clients = []
-    for _, same in itertools.groupby(sorted((_client(client_profile(r)) for r in records), key=_key), key=_key):
-        same = list(same)
+    for _, group in itertools.groupby(sorted((_client(client_profile(r)) for r in records), key=_key), key=_key):
+        same = list(group)
         clients.append({**same[0], "quantity": len(same)})
     apis = {str((leaf.metadata or {}).get("storage") or "file") for leaf in leaves}
     api = apis.pop() if len(apis) == 1 else fill("file | object (the runs used both)")
@@ -265,7 +267,8 @@ def render(doc: dict[str, Any], header: str) -> str:
     marks: list[Any] = []
 
     class Dumper(yaml.SafeDumper):
-        pass
+        def ignore_aliases(self, data: Any) -> bool:
+            return True  # every template block written out in full
 
     def marked(dumper: yaml.SafeDumper, value: Any) -> yaml.Node:
         marks.append(value)
@@ -281,7 +284,6 @@ def render(doc: dict[str, Any], header: str) -> str:
 
     for kind in (Blank, Note, Key):
         Dumper.add_representer(kind, marked)
-    Dumper.ignore_aliases = lambda self, data: True  # every template block written out in full
     text = yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=120)
     text = re.sub(r"^( *(?:- )?(?:[^\s#][^\n]*?: )?)MARK(\d+)X", written, text, flags=re.MULTILINE)
     return header + text

@@ -61,7 +61,7 @@ def _seconds(name: str, default: float) -> float:
 
 
 def _children(pid: int) -> list[int]:
-    found = []
+    found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:

@@ -99,7 +99,7 @@ def whole_devices() -> set[str]:
 
 def disk_counters(devices: set[str]) -> dict[str, tuple[int, ...]]:
     """Device -> (reads, sectors read, writes, sectors written, in flight, busy ms, weighted ms)."""
-    found = {}
+    found: dict[str, tuple[int, ...]] = {}
     for line in read_text("/proc/diskstats").splitlines():
         fields = line.split()
         if len(fields) >= 14 and fields[2] in devices:

@@ -41,7 +41,7 @@ def _existing(path: str) -> Path:
 def mounts() -> list[tuple[str, str, str, str, list[str]]]:
     """Every mount, from mountinfo: (major:minor, mount point, filesystem type, source, super
     options); none where mountinfo cannot be read."""
-    found = []
+    found: list[tuple[str, str, str, str, list[str]]] = []
     try:
         lines = MOUNTINFO.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:

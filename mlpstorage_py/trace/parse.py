@@ -74,6 +74,11 @@ def _ints(key: str, parts: int) -> tuple[int, ...]:
     return tuple(int(x) & U64 for x in key.split(",", parts - 1))
 
 
+def _triple(key: str) -> tuple[int, int, int]:
+    first, second, third = _ints(key, 3)
+    return first, second, third
+
+
 def _stream_key(key: str) -> tuple[int, int, int, str]:
     """(owner, dev, op, comm) from `owner,dev,op,comm`: the comm is last, and may itself hold commas."""
     owner, dev, op, comm = key.split(",", 3)
@@ -300,12 +305,12 @@ class Collector:
         files = {name: self._per_owner_op(name) for name in ("@sfiles", "@sfbytes")}
         threads: dict[tuple[int, int, int], int] = {}
         for key in self.maps.get("@stid", {}):
-            owner_dev_op = _ints(key, 4)[:3]
-            threads[owner_dev_op] = threads.get(owner_dev_op, 0) + 1
+            owner, dev, op, _ = _ints(key, 4)
+            threads[(owner, dev, op)] = threads.get((owner, dev, op), 0) + 1
         out = []
         for (owner, dev, comm), stream in found.items():
-            for i, op in enumerate(OPS):
-                entry = stream["ops"][op]
+            for i, op_name in enumerate(OPS):
+                entry = stream["ops"][op_name]
                 entry["size_hist"] = dict(sorted(entry["size_hist"].items(), key=_low))
                 entry["sequential_share"] = _share(entry.pop("sequential"), entry["requests"], i)
                 window = (first.get((owner, dev, i)), last.get((owner, dev, i)))
@@ -314,7 +319,7 @@ class Collector:
                 busy_us = busy.get((owner, dev, i, comm), 0)
                 entry["in_flight"] = round(busy_us / (active * 1e6), 4) if active > 0 else None
                 entry["threads"] = threads.get((owner, dev, i), 0) if entry["requests"] else 0
-                if op != "flush":  # the files the process closed (on any of its devices), and their bytes
+                if op_name != "flush":  # the files the process closed (on any of its devices), and their bytes
                     entry["files"] = files["@sfiles"].get((owner, i), 0)
                     entry["file_bytes"] = files["@sfbytes"].get((owner, i), 0)
             stream["fsyncs"] = fsyncs.get(owner, 0)
@@ -334,7 +339,7 @@ class Collector:
 
     def _window(self, name: str) -> dict[tuple[int, int, int], float]:
         """(owner, dev, op) -> seconds since the tracer started counting, from a min/max map."""
-        return {_ints(key, 3): max(round((int(value) - self._t0_ms) / 1000, 3), 0.0)
+        return {_triple(key): max(round((int(value) - self._t0_ms) / 1000, 3), 0.0)
                 for key, value in self.maps.get(name, {}).items()}
 
 

@@ -151,8 +151,9 @@ def direct_io(metadata: dict[str, Any] | None) -> bool:
     if not metadata:
         return False
     params = metadata.get("parameters") or {}
-    reader = params.get("reader") if isinstance(params.get("reader"), dict) else {}
-    storage = params.get("storage") if isinstance(params.get("storage"), dict) else {}
+    reader, storage = params.get("reader"), params.get("storage")
+    reader = reader if isinstance(reader, dict) else {}
+    storage = storage if isinstance(storage, dict) else {}
     return bool((metadata.get("args") or {}).get("o_direct") or reader.get("odirect")
                 or storage.get("storage_type") == "direct_fs")
 
@@ -289,14 +290,15 @@ def set_phases(parts: list[Part]) -> None:
     """Each part's phase: parts whose windows overlap (directly or through others) share one,
     numbered in time order, and how long after its phase's first part it started (`delay`);
     every part stays in phase 0, undelayed, when any has no window."""
-    if any(p.start is None or p.end is None for p in parts):
+    spans = [(p.start, p.end, p) for p in parts if p.start is not None and p.end is not None]
+    if len(spans) < len(parts):
         return
     phase, until, first = -1, float("-inf"), 0.0
-    for part in sorted(parts, key=lambda p: (p.start, p.end)):
-        if part.start > until:
-            phase, first = phase + 1, part.start
-        until = max(until, part.end)
-        part.phase, part.delay = phase, part.start - first
+    for start, end, part in sorted(spans, key=lambda span: (span[0], span[1])):
+        if start > until:
+            phase, first = phase + 1, start
+        until = max(until, end)
+        part.phase, part.delay = phase, start - first
 
 
 def _job(part: Part, direct: bool, pace: bool) -> Job:
@@ -312,7 +314,8 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
     job = Job(base + (f"-{part.op}" if part.op else ""), part.host, stream, read_bytes=_bytes(read),
               write_bytes=_bytes(write), phase=part.phase)
     floor = DIRECT_MIN_BLOCK if direct else MIN_BLOCK
-    splits = {d: bssplit(op.get("size_hist") or {}, floor) for d, op in (("read", read), ("write", write)) if _bytes(op)}
+    splits = {d: bssplit(op.get("size_hist") or {}, floor)
+              for d, op in (("read", read), ("write", write)) if op is not None and _bytes(op)}
     reads, writes = _requests(read), _requests(write)
     seq = sum(_requests(op) * float((op or {}).get("sequential_share") or 0) for op in (read, write))
     sequential = seq >= SEQUENTIAL_SHARE * max(reads + writes, 1)
@@ -369,7 +372,7 @@ def _job(part: Part, direct: bool, pace: bool) -> Job:
         job.comment.append(f"the process started its own writeback {started} times (sync_file_range), "
                            + "so each clone does after its share of the writes")
     if count:
-        touched = read if write is None else write
+        touched = (read if write is None else write) or {}
         job.comment.append(f"files: the process closed {touched.get('files')} it {'wrote' if write else 'read'}, "
                            f"{per_file} B each on average; {count} per clone"
                            + ("" if part.shared or not part.op or write else " (fio lays them out before the jobs start)"))

@@ -168,6 +168,7 @@ class _Tracer:
         if self.local:
             agent.drain(self.drain)
             return
+        assert self.child.stdin is not None, "a remote agent is started with its stdin a pipe"
         try:
             self.child.stdin.write(agent.DRAIN_LINE)
             self.child.stdin.flush()
@@ -189,6 +190,7 @@ class _Tracer:
             self.skipped = agent.skipped_runs(self.child.pid)
             self.child.send_signal(signal.SIGINT)
         else:
+            assert self.child.stdin is not None, "a remote agent is started with its stdin a pipe"
             try:
                 self.child.stdin.close()
             except OSError:
