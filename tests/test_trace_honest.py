@@ -348,3 +348,51 @@ def test_a_rank_traced_beyond_what_it_says_it_did_is_said(tmp_path, own_disk, wo
     run_leaf(root, checked)
     (section,) = sections(dom(html.build(root)[0]))[CKPT].all("section", **{"class": "io-trace"})
     assert warning in section.text
+
+
+def test_metadata_requests_are_told_apart_by_their_rwbs(tmp_path, own_disk):
+    """bpf._metadata, the condition that keeps a filesystem's metadata requests out of a
+    stream's windows, run by bpftrace on real requests: new files and directories made and
+    synced (inode tables, bitmaps, directories: REQ_META) are metadata, O_DIRECT data writes
+    and readahead are not, and every request it calls metadata has an M in its rwbs."""
+    require_tracing()
+    from mlpstorage_py.trace import bpf
+
+    dev = devices.resolve(str(own_disk))["devices"][0]["dev"]
+    program = (f"tracepoint:block:block_rq_issue /args->dev == {dev}/ {{ $m = 0; "
+               f"if ({bpf._metadata('args->rwbs')}) {{ $m = 1; }} @n[$m, args->rwbs] = count(); }}\n"
+               'interval:ms:50 /@go == 0/ { @go = 1; printf("ready\\n"); }\n'
+               "END { clear(@go); }\n")
+    (tmp_path / "meta.bt").write_text(program)
+    tracer = subprocess.Popen(["bpftrace", str(tmp_path / "meta.bt")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        for line in tracer.stdout:  # "Attaching 2 probes...", then the first tick once both are attached
+            if line.strip() == "ready":
+                break
+        for i in range(64):
+            (own_disk / f"d{i}").mkdir()
+            (own_disk / f"d{i}" / "f").write_bytes(b"x")
+        fd = os.open(own_disk / "data", os.O_CREAT | os.O_WRONLY | os.O_DIRECT, 0o600)
+        try:
+            import mmap
+            buf = mmap.mmap(-1, MIB)
+            for i in range(8):
+                os.pwrite(fd, buf, i * MIB)
+        finally:
+            os.close(fd)
+        os.sync()
+    finally:
+        tracer.send_signal(2)
+        out, err = tracer.communicate(timeout=CAP_S)
+    counts: dict[tuple[int, str], int] = {}
+    for line in out.splitlines():
+        if line.startswith("@n["):
+            key, _, n = line.partition("]: ")
+            meta, _, rwbs = key[3:].partition(", ")
+            counts[(int(meta), rwbs)] = int(n)
+    assert counts, (out, err)
+    assert any(meta and rwbs.startswith("W") for meta, rwbs in counts), counts
+    assert all("M" in rwbs for meta, rwbs in counts if meta), counts
+    assert all("M" not in rwbs for meta, rwbs in counts if not meta), counts
+    assert any(not meta and rwbs.startswith("W") for meta, rwbs in counts), counts

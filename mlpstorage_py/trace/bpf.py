@@ -48,7 +48,6 @@ work flag and the pid into one number (one map value, so a request's owner is ne
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 SAMPLE_MS = 100
@@ -158,10 +157,11 @@ METADATA_MAX = 256 << 10  # a larger request is data (inode-table readahead is 1
 
 def _metadata(rwbs: str) -> str:
     """A bpftrace condition: the request carries REQ_META (an `M` in its rwbs, after the op and
-    its F/A/S flags: a filesystem's bitmaps, inode tables, directories)."""
-    flags = ["".join(c) for k in range(4) for c in itertools.combinations("FAS", k)]
-    shapes = [lead + op + f + "M" for lead in ("", "F") for op in ("R", "W") for f in flags]
-    return "(" + " || ".join(f'strncmp({rwbs}, "{m}", {len(m)}) == 0' for m in shapes) + ")"
+    its F/A/S flags: a filesystem's bitmaps, inode tables, directories). The kernel writes `M`
+    for nothing else, so a byte compare at each place it can stand (1-5: after a leading F, the
+    op and three flags) finds it; the 32 prefix strncmp() this replaced took a third of
+    bpftrace's start-up CPU (1.3-1.7 of 4.8-6.1 s here) to compile."""
+    return "(" + " || ".join(f"((uint8 *){rwbs})[{i}] == 77" for i in range(1, 6)) + ")"
 
 
 def _op(rwbs: str) -> str:
