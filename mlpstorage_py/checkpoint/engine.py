@@ -274,8 +274,9 @@ class Engine:
     def write_phase(self) -> None:
         block = self.opts.block_size
         rank_progress.count(0, "files")
-        if rank_progress.current() is not None:
-            rank_progress.current().set_phase("write")
+        reporter = rank_progress.current()
+        if reporter is not None:
+            reporter.set_phase("write")
         for number in range(1, self.opts.num_write + 1):
             if number > 1:
                 self.pause_between()
@@ -370,8 +371,9 @@ class Engine:
 
     def read_phase(self, numbers: list[int]) -> None:
         block = self.opts.block_size
-        if rank_progress.current() is not None:
-            rank_progress.current().set_phase("read")
+        reporter = rank_progress.current()
+        if reporter is not None:
+            reporter.set_phase("read")
         for index, number in enumerate(numbers, start=1):
             if index > 1 or self.opts.num_write:
                 self.pause_between()

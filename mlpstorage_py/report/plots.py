@@ -153,9 +153,12 @@ def kv_cache(leaves: list[Leaf]) -> list[Chart]:
     kinds: list[str] = []
     notes: list[str] = []
     for leaf in ordered:
-        found = _kv_points(leaf, f"{leaf.path.name} " if len(ordered) > 1 else "")
-        for into, part in zip((categories, records, kinds, notes), found):
-            into.extend(part)
+        prefix = f"{leaf.path.name} " if len(ordered) > 1 else ""
+        its_categories, its_records, its_kinds, its_notes = _kv_points(leaf, prefix)
+        categories += its_categories
+        records += its_records
+        kinds += its_kinds
+        notes += its_notes
     charts = []
     for key, fields, title, ylabel in (("kv-bandwidth", KV_BANDWIDTH, "KV cache storage bandwidth per Option and trial",
                                         "GiB/s"),
@@ -273,7 +276,9 @@ class _Canvas:
     """One chart's SVG pieces; text is <use> of glyph outlines defined once per chart."""
 
     def __init__(self, ident: str) -> None:
-        self.ident, self.font, self.parts, self.used = ident, _font(), [], {}
+        self.ident, self.font = ident, _font()
+        self.parts: list[str] = []
+        self.used: dict[str, str] = {}  # a character -> the id of its outline in <defs>
 
     def text(self, text: str, x: float, y: float, size: float, anchor: str = "start", rotate: float = 0,
              fill: str = "#000") -> None:

@@ -300,7 +300,8 @@ def _label(value: float) -> str:
 def _fill_rows(canvas: Any, phases: list[tuple[Phase, float, float]], left: float, right: float, y: float) -> int:
     """The phase strip: each phase a box on its span (a thin one for an instant), numbered and
     named where there is room, overlapping ones in rows of their own; the rows it took."""
-    font, rows_end = canvas.font, []  # per row, where its last label or box ends
+    font = canvas.font
+    rows_end: list[float] = []  # per row, where its last label or box ends
     for phase, x0, x1 in phases:
         inside = _fit(font, f"{phase.number} {phase.name}", SMALL, x1 - x0 - 4)
         text = inside or _fit(font, f"{phase.number} {phase.name}", SMALL, right - x1 - 3)
@@ -376,11 +377,11 @@ def svg(found: list[Panel], phases: list[Phase], hosts: list[str], t0: float, sp
             canvas.text(_label(value), left - TICK_LEN - 2, y_of(value) + TICK * plots.ASCENT / 2, TICK, "end")
         for line in panel.lines:
             runs: list[list[str]] = [[]]
-            for seconds, value in line.points:
-                if value is None:
+            for seconds, reading in line.points:
+                if reading is None:
                     runs.append([])
                 else:
-                    runs[-1].append(f"{x_of(seconds):.1f},{y_of(value):.1f}")
+                    runs[-1].append(f"{x_of(seconds):.1f},{y_of(reading):.1f}")
             dash = ' stroke-dasharray="4 2"' if line.dashed else ""
             for points in (r for r in runs if r):
                 canvas.parts.append(f'<polyline points="{" ".join(points)}" fill="none" stroke="{colour[line.host]}" '

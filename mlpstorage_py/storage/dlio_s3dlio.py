@@ -157,7 +157,7 @@ class S3dlioReader(FormatReader):
         if self._npz:
             data[..., sample_index]  # noqa: B018 - the sample is touched as DLIO's NPZ reader does
 
-    def next(self):  # type: ignore[override]
+    def next(self):
         yield from super().next()
 
     def read_index(self, image_idx: int, step: int) -> Any:
