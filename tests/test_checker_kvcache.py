@@ -20,6 +20,7 @@ from conftest import REALDATA, all_leaves
 from mlpstorage_py import checker
 from mlpstorage_py.benchmarks import kvcache
 from mlpstorage_py.checker import rules_kvcache as rk
+from mlpstorage_py.results.kv import FAMILY as KV_FAMILY
 from mlpstorage_py.checker import rules_kvcache_aggregate as rka
 from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
@@ -47,7 +48,7 @@ def kv_leaf(root: Path, division: str = "closed") -> Path:
 
 def kv_runs(pkg: Package) -> list[rk.Kv]:
     """The package's KV cache run leaves the section 6 checks judge, as they read them."""
-    return [kv for leaf in pkg.leaves if leaf.benchmark == rk.FAMILY and leaf.command == "run"
+    return [kv for leaf in pkg.leaves if leaf.benchmark == KV_FAMILY and leaf.command == "run"
             for kv in [rk.judged(leaf)] if kv is not None]
 
 

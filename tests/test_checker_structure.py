@@ -19,6 +19,7 @@ from conftest import REALDATA
 from mlpstorage_py import checker
 from mlpstorage_py.checker import rules_checkpointing, rules_checkpointing_run, rules_leaves, rules_structure
 from mlpstorage_py.checker.registry import INFO, INVALID, NOT_APPLICABLE, RULES, WARNING
+from mlpstorage_py.results import code_image
 from mlpstorage_py.results.tree import shares
 from mlpstorage_py.rules.tables import rule_index
 from synthetic import (edit_json, edit_yaml, fresh, leaves_of, make_package, metadata_file, pristine,  # noqa: F401
@@ -398,6 +399,26 @@ def test_the_walk_does_not_follow_symlinked_directories(fresh):
     _, findings = validated(root)
     assert all(str(outside) not in f.path for f in findings)
     assert sorted(f.rule for f in findings if f.rule in OURS) == ["1.1", "1.1"]
+
+
+def test_2_1_2_and_2_1_6_read_the_tree_as_listed_never_through_a_link(fresh):
+    """A linked directory at the top level is no image pool, and a linked image is no image:
+    2.1.2 and 2.1.6 read the package as the tree reader lists it, like every rule (a walk by
+    iterdir()/is_dir() follows both links, and found nothing wrong here)."""
+    root = fresh()
+    outside = Path(tempfile.mkdtemp(dir=scratch_dir()))
+    (outside / "pool").mkdir()
+    (outside / "pool" / code_image.POOL_MARKER).write_text("")
+    (root / "Linked").symlink_to(outside / "pool")
+    images = root / code_image.POOL_DIR
+    [image] = [p for p in images.iterdir() if p.name.startswith("code-")]
+    shutil.move(image, outside / image.name)
+    image.symlink_to(outside / image.name)
+    found = findings_of(root, "2.1.2", "2.1.6")
+    assert [f.message for f in found if f.rule == "2.1.2"] == ["unexpected top-level entry 'Linked'"]
+    unresolved = [f for f in found if f.rule == "2.1.6" and f"{image.name} is not in the pool" in f.message]
+    assert unresolved  # every leaf points at the image, which the pool no longer holds
+    assert all(str(outside) not in f.path for f in found)
 
 
 # --- the real v3.0 corpus ----------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import synthetic_families
 from mlpstorage_py import checker
 from mlpstorage_py.benchmarks.kvcache_aggregate import aggregate_option, read_trial
-from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
+from mlpstorage_py.results.kv import declared_missing, partial_failure
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING
 from mlpstorage_py.report import table
 from synthetic import edit_json, fresh, later, leaves_of, metadata_file, regenerate  # noqa: F401

@@ -60,3 +60,13 @@ def test_readme_layout_matches_the_contract():
     positions = [table.find(f"`{room}`") for room in rooms]
     assert -1 not in positions, [room for room, at in zip(rooms, positions) if at == -1]
     assert positions == sorted(positions), "README's layout table lists the layers out of the contract's order"
+
+
+def test_readers_contract_names_every_rule_module():
+    """The contract that keeps report/ and submission/ off the checker's rule modules lists each
+    of them (import-linter's wildcards replace whole names only): a new rules_*.py joins it."""
+    contract = (ROOT / ".importlinter").read_text().split("[importlinter:contract:readers-not-rules]", 1)[1]
+    listed = {line.strip() for line in contract.split("forbidden_modules =", 1)[1].split("allow_indirect", 1)[0].splitlines()
+              if line.strip() and not line.strip().startswith(";")}
+    present = {f"mlpstorage_py.checker.{path.stem}" for path in (ROOT / "mlpstorage_py" / "checker").glob("rules_*.py")}
+    assert listed == present

@@ -114,7 +114,7 @@ def test_public_ids_are_pinned_and_never_reused(realdata_copy):
 
 
 def test_training_result_with_the_wrong_run_count_is_flagged(tmp_path):
-    from mlpstorage_py.report import figures
+    from mlpstorage_py.results.summary import training
     from mlpstorage_py.results.tree.package import Leaf
 
     leaves = []
@@ -124,7 +124,7 @@ def test_training_result_with_the_wrong_run_count_is_flagged(tmp_path):
         (leaf / "summary.json").write_text(json.dumps({"metric": {"train_io_mean_MB_per_second": 1024.0 * (i + 1),
                                                                    "train_au_percentage": [90.0, 92.0]}}))
         leaves.append(Leaf(leaf, "closed", "O", "s", "training", ("m", "run")))
-    values, issues = figures.training(leaves)
+    values, issues = training(leaves)
     assert any("expected 6 training runs" in i for i in issues)
     assert values["read_bw_gib_s"] == pytest.approx((2 + 3 + 4 + 5) / 4)  # the earliest is still the warm-up
     assert values["train_mean_of_au_percentage"] == pytest.approx(91.0)

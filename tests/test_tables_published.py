@@ -21,7 +21,7 @@ import synthetic_families
 from conftest import REALDATA
 from mlpstorage_py import checker
 from mlpstorage_py.checker.registry import WARNING
-from mlpstorage_py.checker.rules_kvcache_aggregate import older_aggregate_text
+from mlpstorage_py.results.kv import older_aggregate_text
 from mlpstorage_py.report import reportgen, table
 from mlpstorage_py.results import code_image
 from synthetic import edit_json, fresh, leaves_of, metadata_file, regenerate, workload  # noqa: F401

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from mlpstorage_py.checker.judging import judged, sanctioned
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, WARNING, Finding, Rule, rule
+from mlpstorage_py.results.summary import dlio_engine_note, metric as _metric
 from mlpstorage_py.results.tree.files import load_json
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, as_number, dig, parse_time
@@ -34,10 +35,6 @@ FIGURES = {  # results.csv column -> (phase, summary metric)  (4.3.6)
 }
 
 
-# summary.json checkpoint_engine.name of a leaf made by `--engine dlio` (benchmarks/dlio_engine.Engine.name).
-DLIO_ENGINE = "dlio_benchmark "
-
-
 # --- which workloads the checker judges (judging.judged) -----------------------------------
 
 def invocations(result: Result) -> list[Leaf]:
@@ -48,31 +45,6 @@ def invocations(result: Result) -> list[Leaf]:
 
 
 # --- what a leaf records -----------------------------------------------------------------
-
-def _metric(leaf: Leaf) -> dict:
-    value = dig(leaf.summary, "metric")
-    return value if isinstance(value, dict) else {}
-
-
-def dlio_engine(summary: Any, meta: Any) -> str | None:
-    """The DLIO that `--engine dlio` ran the checkpoints through (the summary's checkpoint_engine,
-    else the metadata's engine), or None: our engine and the reference tool's leaves name none."""
-    for value in (dig(summary, "checkpoint_engine", "name"), dig(meta, "engine"), dig(meta, "engine_parameters", "engine")):
-        if isinstance(value, str) and value.startswith(DLIO_ENGINE):
-            return value
-    return None
-
-
-def dlio_engine_note(summary: Any, meta: Any) -> str | None:
-    """What a reader of an `--engine dlio` leaf's figures must know (ManPage: `--engine dlio`), or None."""
-    name = dlio_engine(summary, meta)
-    if name is None:
-        return None
-    writer = dig(summary, "checkpoint_engine", "writer")
-    return (f"checkpoints written through --engine dlio ({name}, writer {writer or 'not recorded'}): the data is "
-            "zero-filled, so it compresses and dedups, and the figures are rank 0's timing only: a cross-check, "
-            "not comparable with incompressible data timed on every rank")
-
 
 def _size_gib(leaf: Leaf) -> float | None:
     value = as_number(_metric(leaf).get("checkpoint_size_GB"))

@@ -9,37 +9,34 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import TIMESTAMP, Leaf, Package, Result, System
 from mlpstorage_py.checker.registry import INVALID, INFO, LEAF, PACKAGE, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image
+from mlpstorage_py.results.provenance import leaf_class, section
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.rules import tables
 
 
-def section(stamp: dict, key: str) -> dict:
-    """One object of a provenance stamp; a value of another type reads as empty (its own rule
-    reports the malformed stamp), so a wrong type is never a crash."""
-    value = stamp.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 @rule("2.1.2", "topLevelSubdirectories").check(PACKAGE)
 def top_level(r: Rule, pkg: Package) -> Iterable[Finding]:
-    """Top level holds closed/ and/or open/, code-images/, dot entries and marked org pools only."""
+    """Top level holds closed/ and/or open/, code-images/, dot entries and marked org pools only:
+    as the tree reader lists it, so a linked directory is none (rule 1.1 reports the link)."""
     allowed = {"closed", "open", code_image.POOL_DIR}
-    for entry in sorted(pkg.root.iterdir()):
-        if entry.name.startswith(".") or entry.name in allowed:
+    top = files.names(pkg.root)
+    for name, kind in top.items():
+        if name.startswith(".") or name in allowed:
             continue
-        if entry.is_dir() and (entry / code_image.POOL_MARKER).is_file():
+        entry = files.child(pkg.root, name)
+        if kind == files.DIR and files.real_file(entry / code_image.POOL_MARKER):
             continue
-        if entry.name == "mlperf-results.yaml":  # the live results tree's own sentinel
+        if name == "mlperf-results.yaml":  # the live results tree's own sentinel
             continue
-        yield r.invalid(entry, f"unexpected top-level entry {entry.name!r}")
-    if not any((pkg.root / d).is_dir() for d in ("closed", "open")):
+        yield r.invalid(entry, f"unexpected top-level entry {name!r}")
+    if not any(top.get(d) == files.DIR for d in ("closed", "open")):
         yield r.invalid(pkg.root, "neither closed/ nor open/ is present")
 
 
@@ -48,14 +45,15 @@ CODE_IMAGES = rule("2.1.6", "codeDirectoryContents")
 
 @CODE_IMAGES.check(LEAF)
 def code_pointer(r: Rule, leaf: Leaf) -> Iterable[Finding]:
-    """Every leaf points at a pool image; every image re-hashes to its recorded hash."""
+    """Every leaf points at a pool image; every image re-hashes to its recorded hash. An image is
+    one the tree reader lists: a linked pool, image or stamp is none (rule 1.1 reports the link)."""
     if leaf.pointer is None:
         yield r.invalid(leaf.path, f"no {code_image.POINTER_FILE}")
         return
     digest = code_image.parse_pointer(leaf.pointer)
     if digest is None:
         yield r.invalid(leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
-    elif leaf.package.resolve_image(leaf, digest) is None:
+    elif not _listed_image(leaf.package.resolve_image(leaf, digest)):
         yield r.invalid(leaf.path, f"code image code-{digest[:8]} is not in the pool")
 
 
@@ -75,16 +73,30 @@ def code_images(r: Rule, pkg: Package) -> Iterable[Finding]:
             continue
         if not recorded.startswith(image.name[len("code-"):]):
             yield r.invalid(image, f"recorded hash {recorded} does not begin with the directory's {image.name}")
-        if len(list(image.iterdir())) == 1:
+        if len(files.names(image)) == 1:
             yield r.invalid(image, "image holds only its .code-hash.json: the source tree was not captured")
             continue
         actual = code_image.tree_hash(image)
         if actual != recorded:
             # What is known is that the files present do not re-hash to the recorded tree: some
             # of it is missing (a partial copy) or altered; which one the pool cannot tell.
-            count = sum(1 for path in image.rglob("*") if files.real_file(path) and path.name != code_image.HASH_FILE)
+            count = sum(1 for path in _files_below(image) if path.name != code_image.HASH_FILE)
             yield r.invalid(image, f"the {count} file(s) present re-hash to {actual}, not the recorded {recorded}: "
                                    "the captured source tree is incomplete or altered")
+
+
+def _listed_image(image: Path | None) -> bool:
+    """Whether a resolved image is a real directory of the package holding a real stamp."""
+    return image is not None and files.real_file(image / code_image.HASH_FILE)
+
+
+def _files_below(directory: Path) -> Iterator[Path]:
+    """The regular files below a directory, as the tree reader lists them (no link followed)."""
+    for _, kind, path in files.entries(directory):
+        if kind == files.DIR:
+            yield from _files_below(path)
+        elif kind == files.FILE:
+            yield path
 
 
 @functools.cache
@@ -223,22 +235,6 @@ def manifest_edition(r: Rule, pkg: Package) -> Iterable[Finding]:
         edition = _manifest_edition(pkg, division, org)
         if edition is not None and edition not in known:
             yield r.invalid(org_dir / "submission.yaml", f"unknown rules edition {edition!r}")
-
-
-def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | None, edition: str,
-               digest: str) -> str | None:
-    """The comparability class a stamped run resolves to, or None."""
-    for entry in _classes_of(leaf_division, family, model):
-        if entry["accelerator"] in ("any", accelerator) and edition in entry["editions"] and digest in entry["core_configs"]:
-            return entry["id"]
-    return None
-
-
-@functools.cache  # every run leaf asks: the table is searched once per workload, not per leaf
-def _classes_of(division: str, family: str, model: str) -> tuple[dict, ...]:
-    """The comparability classes of one division's workload, in the table's order."""
-    return tuple(entry for entry in tables.comparability_classes()
-                 if entry["division"] == division and entry["family"] == family and entry["model"] == model)
 
 
 @rule("EDN-02", "comparabilityClass").check(LEAF, command="run")

@@ -7,30 +7,14 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any, Iterable
 
-from mlpstorage_py.checker.kv_failures import declared_missing, partial_failure
 from mlpstorage_py.checker.registry import INVALID, LEAF, WARNING, Finding, Rule, rule
-from mlpstorage_py.checker.rules_kvcache import (
-    DEVICE_READ, DEVICE_WRITE, FAMILY, READ_BW, THROUGHPUT, WRITE_BW, Kv, RankFile, _close, _missing_text, judged,
-    judged_with)
+from mlpstorage_py.checker.rules_kvcache import Kv, _close, _missing_text, judged, judged_with
+from mlpstorage_py.results.kv import (
+    DEVICE_READ, DEVICE_WRITE, FAMILY, RANK_COUNT, READ_BW, THROUGHPUT, TOTAL_RANKS, TRIALS, WRITE_BW, declared_missing,
+    older_aggregate, older_aggregate_text, partial_failure)
+from mlpstorage_py.results.kv_leaf import RankFile
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
-
-
-# --- the aggregate under its older name --------------------------------------------------------------
-
-def older_aggregate(leaf: Leaf) -> str | None:
-    """The name of the leaf's KV aggregate when it is not summary.json but kvcache_run_summary[_<ts>].json,
-    the name older tool versions wrote; None otherwise. validate warns on it (6.3.4.5) and reportgen
-    withholds the row, as the v3.0 review did: one test, one sentence (older_aggregate_text)."""
-    found = leaf.record("summary").path if leaf.benchmark == FAMILY else None
-    return found.name if found is not None and found.name.startswith("kvcache_run_summary") else None
-
-
-def older_aggregate_text(name: str) -> str:
-    """What validate and reportgen both say of an aggregate under the older name, and the fix."""
-    return (f"the aggregate is {name}, the name older tool versions wrote; the reference reads only summary.json, "
-            f"so the v3.0 review withheld such a row and `reports reportgen` withholds it from results.csv/json: "
-            f"rename {name} to summary.json")
 
 
 # --- 6.3.4 aggregation -----------------------------------------------------------------------------
@@ -124,7 +108,7 @@ def _check_aggregate(r: Rule, kv: Kv, what: str, pick: dict[str, Any], files_rul
         yield r.invalid(kv.path, f"cannot recompute {what}: {_missing_text(missing_files)}")
     elif not kv.rank_files and kv.options and not declared:
         yield r.invalid(kv.path, f"cannot recompute {what}: no per-rank result is expected or found "
-                                 "(total_ranks and trials_per_option unrecorded or implausible)")
+                                 f"({TOTAL_RANKS} and {TRIALS} unrecorded or implausible)")
 
 
 @rule("6.3.4.1", "kvcacheAggregateBandwidth").check(LEAF, benchmark=FAMILY, command="run")
@@ -199,7 +183,7 @@ def latency_validity(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                 yield r.invalid(leaf.path_of("summary"), f"Option {option} lists cpu_tier_ranks {stated}; the per-rank "
                                                          f"results have storage_entries == 0 on {sorted(cpu)}")
         else:
-            ranks = as_int(block.get("rank_count")) or kv.total_ranks
+            ranks = as_int(block.get(RANK_COUNT)) or kv.total_ranks
             all_cpu = block.get("all_ranks_cpu_tier") is True or lists_every_rank(stated, ranks)
         if all_cpu:
             severity = INVALID if kv.closed else WARNING
@@ -210,7 +194,7 @@ def latency_validity(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 @rule("6.3.4.5", "kvcacheHeadlineResult").check(LEAF, benchmark=FAMILY, command="run")
 def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
-    """Each Option states read bandwidth, device read/write P95 and storage throughput with total_ranks."""
+    """Each Option states read bandwidth, device read/write P95 and storage throughput with its rank count."""
     parts = {"storage_read_bandwidth_gbps": READ_BW, "device_read_p95_ms": DEVICE_READ,
              "device_write_p95_ms": DEVICE_WRITE, "storage_throughput_tokens_per_sec": THROUGHPUT}
     kv = yield from judged_with(r, leaf, "summary", "no headline result")
@@ -219,9 +203,9 @@ def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     older = older_aggregate(leaf)
     if older:
         yield r.warning(leaf.path_of("summary"), older_aggregate_text(older))
-    total = as_int(dig(kv.summary, "total_ranks"))
+    total = kv.aggregate.total_ranks if kv.aggregate is not None else None
     if total is None:
-        yield r.invalid(leaf.path_of("summary"), "summary.json states no total_ranks for the headline")
+        yield r.invalid(leaf.path_of("summary"), f"summary.json states no {TOTAL_RANKS} for the headline")
     lacking: dict[str, list[str]] = {}  # what is absent -> the Options it is absent from: one finding per leaf
     for option in kv.options:
         block = kv.option_summary(option)
@@ -230,14 +214,14 @@ def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         absent = [key for key in parts.values() if as_number(block.get(key)) is None]
         if absent:
             lacking.setdefault(", ".join(absent), []).append(option)
-        stated = as_int(block.get("total_ranks", total))
+        stated = as_int(block.get(TOTAL_RANKS, total))
         if total is not None and stated != total:
             yield r.invalid(leaf.path_of("summary"),
-                            f"Option {option} reports total_ranks {block.get('total_ranks')}, the run {total}")
+                            f"Option {option} reports {TOTAL_RANKS} {block.get(TOTAL_RANKS)}, the run {total}")
         line = block.get("headline")
         if isinstance(line, dict):
-            for name, key in [*parts.items(), ("total_ranks", "total_ranks")]:
-                want = block.get(key, total) if key == "total_ranks" else block.get(key)
+            for name, key in [*parts.items(), (TOTAL_RANKS, TOTAL_RANKS)]:
+                want = block.get(key, total) if key == TOTAL_RANKS else block.get(key)
                 if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
                     yield r.invalid(leaf.path_of("summary"),
                                     f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")

@@ -8,9 +8,9 @@ from typing import Any, Iterable
 from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
-    FAMILY, GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _same, _table, judged,
-    judged_with, option_table)
+    GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _same, _table, judged, judged_with)
 from mlpstorage_py.checker.rules_kvcache_workload import _autoscaling
+from mlpstorage_py.results.kv import FAMILY, option_table
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
 from mlpstorage_py.rules import tables

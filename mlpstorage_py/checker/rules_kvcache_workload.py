@@ -7,8 +7,9 @@ from pathlib import PurePosixPath
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.registry import LEAF, Finding, Rule, rule
-from mlpstorage_py.checker.rules_kvcache import (
-    BUNDLED_CONFIG, FAMILY, OPTION_KEYS, RankFile, _flag, _mismatches, _same, _table, judged, option_table)
+from mlpstorage_py.checker.rules_kvcache import BUNDLED_CONFIG, OPTION_KEYS, _flag, _mismatches, _same, _table, judged
+from mlpstorage_py.results.kv import FAMILY, RANK_COUNT, TOTAL_RANKS, TRIALS, option_table
+from mlpstorage_py.results.kv_leaf import RankFile
 from mlpstorage_py.results.tree.files import entries
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, dig
@@ -78,7 +79,7 @@ def sequence_locks(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     sources = {
         "parameters.sequence": dig(kv.parameters, "sequence") or {},
         "args": {"seed": kv.args.get("seed"), "trials": kv.args.get("trials"), "inter_option_delay_s": kv.args.get("inter_option_delay")},
-        "summary.json": {"seed": dig(kv.summary, "seed"), "trials": dig(kv.summary, "trials_per_option"),
+        "summary.json": {"seed": dig(kv.summary, "seed"), "trials": dig(kv.summary, TRIALS),
                          "inter_option_delay_s": dig(kv.summary, "inter_option_delay_s")},
     }
     seen = 0
@@ -157,26 +158,26 @@ def autoscaling(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 @rule("6.3.3.1", "kvcacheClientDefinition").check(LEAF, benchmark=FAMILY, command="run")
 def client_definition(r: Rule, leaf: Leaf) -> Iterable[Finding]:
-    """The rank layout is consistent: total_ranks = npernode x hosts, one rank directory per client."""
+    """The rank layout is consistent: the total ranks = npernode x hosts, one rank directory per client."""
     kv = judged(leaf)
     if kv is None:
         return
     total = kv.total_ranks
     if total is None:
         yield r.invalid(leaf.path_of("summary"),
-                        "cannot check the rank layout: no total_ranks, engine_parameters.total_ranks or num_processes recorded")
+                        f"cannot check the rank layout: no {TOTAL_RANKS}, engine_parameters.{TOTAL_RANKS} or num_processes recorded")
         return
     npernode = as_int(dig(kv.summary, "npernode")) or as_int(dig(kv.metadata, "engine_parameters", "npernode"))
     hosts = kv.host_count
     if npernode is not None and hosts is not None and npernode * hosts != total:
-        yield r.invalid(leaf.path_of("summary"), f"total_ranks {total} is not npernode {npernode} x {hosts} host(s)")
+        yield r.invalid(leaf.path_of("summary"), f"{TOTAL_RANKS} {total} is not npernode {npernode} x {hosts} host(s)")
     if kv.hosts and hosts is not None and len(set(kv.hosts)) != hosts:
         yield r.invalid(leaf.path_of("summary"), f"{len(set(kv.hosts))} hosts listed, host_count {hosts}")
     for where, value in (("metadata num_processes", dig(kv.metadata, "num_processes")),
-                         ("engine_parameters.total_ranks", dig(kv.metadata, "engine_parameters", "total_ranks")),
-                         ("summary.json total_ranks", dig(kv.summary, "total_ranks"))):
+                         (f"engine_parameters.{TOTAL_RANKS}", dig(kv.metadata, "engine_parameters", TOTAL_RANKS)),
+                         (f"summary.json {TOTAL_RANKS}", dig(kv.summary, TOTAL_RANKS))):
         if as_int(value) is not None and as_int(value) != total:
-            yield r.invalid(leaf.path_of("metadata"), f"{where} is {value}, the run's total_ranks {total}")
+            yield r.invalid(leaf.path_of("metadata"), f"{where} is {value}, the run's {TOTAL_RANKS} {total}")
     np_, ppn = as_int(kv.args.get("num_processes")), as_int(kv.args.get("npernode"))
     count = len(kv.args.get("hosts") or []) or 1
     if np_ is not None and ppn is not None and np_ != ppn * count:
@@ -189,7 +190,7 @@ def client_definition(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                             f"Option {inv.option} trial {inv.trial} ran mpirun -n {inv.ranks}, not {total} ranks")
     for option in kv.options:
         block = kv.option_summary(option) or {}
-        for key in ("rank_count", "total_ranks"):
+        for key in (RANK_COUNT, TOTAL_RANKS):
             if as_int(block.get(key)) not in (None, total):
                 yield r.invalid(leaf.path_of("summary"), f"Option {option} records {key} {block.get(key)}, not {total}")
     for (option, trial), ranks in sorted(kv.rank_dirs.items()):

@@ -8,10 +8,10 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
+from mlpstorage_py.results.summary import training as training_figures
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import dig
-from mlpstorage_py.checker.aggregation import training as training_figures
 from mlpstorage_py.checker.judging import stamped_checker_block
 from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.rules import tables

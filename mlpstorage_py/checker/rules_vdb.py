@@ -21,18 +21,65 @@ count that no table defines: they are reported as INFO, never invented.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Iterable
+
+import yaml
 
 from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, RESULT, Finding, Rule, rule
-from mlpstorage_py.checker.vdb_leaves import (
-    FAMILY, INDEX_DONE, LOG_LIMIT, METRIC_KEYS, collection_size, datagen_for, declared, engine,
-    fact, index_type, missing_summary, named_outputs, native, not_checked, number, param, phase, scale_table)
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, dig
+from mlpstorage_py.results.vdb import (
+    FAMILY, INDEX_DONE, LOG_LIMIT, METRIC_KEYS, collection_size, datagen_for, declared, fact, index_type,
+    missing_summary, named_outputs, native, number, param)
+
+
+# --- which leaves are judged, and the findings the rules share (the leaf model is results/vdb) ---
+
+def phase(result: Result, command: str) -> list[Leaf]:
+    """A result's leaves of one phase, none when its edition is not checkable. Section 5 filters on
+    the edition alone: a result's model is its index type, which 5.6.3 judges, and its engine
+    directory is 5.6.2's and 5.6.5's to judge."""
+    return result.phase(command) if checker_block(result) else []
+
+
+def cannot(r: Rule, leaf: Leaf, what: str, why: str | None = None) -> Finding:
+    why = why or leaf.problem("summary") or "not recorded"
+    path = leaf.path_of("summary") if "summary" in why else leaf.path
+    return r.invalid(path, f"cannot check {what}: {why}")
+
+
+def not_checked(r: Rule, leaf: Leaf, what: str, why: str, path: Path | None = None) -> Finding:
+    """Missing evidence is not evidence of failure: a WARNING that names what is absent."""
+    return r.warning(path or leaf.path, f"not checked: no file records {what} ({why})")
+
+
+def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
+    """(num_vectors, dimension) pairs of 5.1.1's table: the checker block's, else configs/vectordb's."""
+    if block.get("vdb_scales"):
+        return [tuple(map(int, s)) for s in block["vdb_scales"]], "the edition's checker block (vdb_scales)"
+    scales = _configured_scales()
+    if not scales:
+        return None, "no table"
+    return list(scales), "configs/vectordb/default.yaml sanctioned_scales"
+
+
+@functools.cache
+def _configured_scales() -> tuple[tuple[int, int], ...]:
+    """configs/vectordb/default.yaml's sanctioned_scales, read once (every run asks)."""
+    try:
+        from mlpstorage_py.rules.configs import configs_dir
+
+        path = configs_dir() / "vectordb" / "default.yaml"
+        scales = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})[FAMILY].get("sanctioned_scales")
+    except Exception:  # noqa: BLE001 - no source checkout, unreadable table: the table is then undefined
+        scales = None
+    return tuple((int(n), int(d)) for n, d in scales or ())
 
 
 @rule("5.1.1", "vdbDatasetScale").check(RESULT, benchmark=FAMILY)

@@ -1,7 +1,7 @@
 """Section 5, where and on what a vector database run ran: path arguments and filesystems (5.4),
 object storage (5.5) and the CLOSED backend, index types and parameters (5.6.2-5.6.5). Each rule
 judges one leaf, but 5.5.1, which also judges the system's description once per system. The
-readings of a leaf's files beyond its records live in vdb_leaves.
+readings of a leaf's files beyond its records are the leaf model's (results/vdb).
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any, Generator, Iterable
 
 from mlpstorage_py.checker.judging import checker_block, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
-from mlpstorage_py.checker.vdb_leaves import (
-    FAMILY, LOG_LIMIT, cannot, config, database, engine, evidence_problem, fact, index_type,
-    missing_summary, named_outputs, not_checked, resolved, value)
+from mlpstorage_py.checker.rules_vdb import cannot, not_checked
 from mlpstorage_py.results.tree.files import FILE, entries, read_text
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
+from mlpstorage_py.results.vdb import (
+    FAMILY, LOG_LIMIT, config, database, engine, evidence_problem, fact, index_type, missing_summary, named_outputs,
+    resolved, value)
 from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 
@@ -154,7 +155,7 @@ def object_backend(r: Rule, system: System) -> Iterable[Finding]:
 
 def _judged(leaf: Leaf, division: str) -> bool:
     """5.6.2-5.6.5 judge one division's leaves of a checkable edition (section 5 filters on the
-    edition alone: see vdb_leaves.phase)."""
+    edition alone: see rules_vdb.phase)."""
     return leaf.division == division and bool(checker_block(leaf))
 
 

@@ -4,7 +4,7 @@ cache row, 6.3.4, is kv_rows').
 Each function takes the leaves of one result and returns (figures, issues): figures are the
 values of the results table (None where the rules say the cell is blank), issues are messages
 explaining a blank or an invalid aggregation. The training figures (3.3.8) are computed in
-checker/aggregation, which rule 3.3.8 shares: the checker must not import report/.
+results/summary, which rule 3.3.8 shares.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from mlpstorage_py.results.summary import Figures, dlio_engine_note, mean_of as _mean_of, metric as _metric
 from mlpstorage_py.results.tree.package import Leaf
-from mlpstorage_py.checker.aggregation import Figures, training  # noqa: F401 - reportgen's training figures
-from mlpstorage_py.checker.aggregation import mean_of as _mean_of, metric as _metric
-from mlpstorage_py.checker.rules_checkpointing import dlio_engine_note
 from mlpstorage_py.rules.tables import checker
 
 def _count(leaf: Leaf, key: str) -> int:

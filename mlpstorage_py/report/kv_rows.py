@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlpstorage_py.checker.kv_failures import partial_failure
-from mlpstorage_py.checker.rules_kvcache import Kv, option_table
-from mlpstorage_py.checker.rules_kvcache_aggregate import older_aggregate, older_aggregate_text
 from mlpstorage_py.report.table import KV_GROUPS, KV_METRICS
+from mlpstorage_py.results.kv import older_aggregate, older_aggregate_text, option_table, partial_failure
+from mlpstorage_py.results.kv_leaf import KvLeaf
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_number
 
@@ -95,7 +94,7 @@ def _tier(gpu: Any, cpu: Any) -> str | None:
     return STORAGE_ONLY if gpu == 0 and cpu == 0 else WITH_MEMORY
 
 
-def ran(kv: Kv, option: str, division: str) -> tuple[str | None, str | None]:
+def ran(kv: KvLeaf, option: str, division: str) -> tuple[str | None, str | None]:
     """(model, memory tier) an Option ran: our plan, else the recorded invocations, else the rank
     files' run block; a CLOSED run that records none ran Table KVCache-1 (its values are locked)."""
     planned = kv.planned(option)
@@ -139,7 +138,7 @@ def kv_row(runs: list[tuple[Leaf, bool, str]]) -> KvRow:
     if older:
         out.withheld = f"{chosen.path.name}: {older_aggregate_text(older)}"
         return out
-    kv = Kv(chosen)
+    kv = KvLeaf(chosen)
     options = (chosen.summary or {}).get("options")
     options = options if isinstance(options, dict) else {}
     out.figures = {"published_run": chosen.path.name, "columns": {}}

@@ -11,7 +11,7 @@ import yaml
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf, Package
-from mlpstorage_py.checker.rules_common import section
+from mlpstorage_py.results.provenance import section
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 

@@ -11,10 +11,11 @@ from typing import Any, Callable
 
 from mlpstorage_py.results.tree import files, shares
 from mlpstorage_py.results.tree.package import Leaf, Package, System
-from mlpstorage_py.checker.rules_common import leaf_class, section
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, kv_rows, leaf_cells, manifest, table
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.provenance import leaf_class, section
+from mlpstorage_py.results.summary import training
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.rules.tables import editions
 from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, state
@@ -70,7 +71,7 @@ def _row(pkg: Package, division: str, org: str, leaves: list[Leaf]) -> tuple[dic
     logs = table.link(first.system, rel)
     hosts = max((table.leaf_hosts(l) or 0) for l in leaves) or None
     if first.benchmark == "training":
-        values, issues = figures.training(leaves)
+        values, issues = training(leaves)
         accelerator, note = leaf_cells.accelerator(first)
         notes.append(note)
         row.update({"Training - Accelerator Type": accelerator, "Training - # Client Nodes": hosts,

@@ -9,6 +9,10 @@ limited a CLOSED result). Thresholds (ManPage, Telemetry):
 - a network link: received plus sent at or above LINK_SHARE of its reported speed;
 - memory: used at or above MEMORY_USED_PCT of the total.
 A phase shorter than two samples on a host cannot be judged there and says so.
+
+TelemetrySample (one line of telemetry/<host>.jsonl, telemetry/sample.py) has no version of its
+own: the only form so far, read as the leaf's layout version has it.
+    none/1  t (seconds since the epoch), dt, host, cpu, mem, net, disks, nfs (telemetry/sample.py)
 """
 
 from __future__ import annotations
@@ -17,12 +21,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.results.schema import NUMBER, OBJECT, TEXT, Schema
+
 CPU_BUSY_PCT = 90.0
 DEVICE_UTIL_PCT = 90.0
 LINK_SHARE = 0.9
 MEMORY_USED_PCT = 95.0
 CLIENT_KINDS = ("client CPU", "client memory", "network link")  # saturations that are the clients', not the storage's
 FILE = "bottleneck.json"
+
+
+class TelemetrySample(Schema):
+    KIND = "telemetry sample"
+    VERSION_KEY = None
+    VERSION = 1
+    FIELDS = {"t": NUMBER, "dt": NUMBER, "host": TEXT, "cpu": OBJECT, "mem": OBJECT, "net": OBJECT, "disks": OBJECT,
+              "nfs": OBJECT}
 
 
 def read_samples(directory: Path) -> dict[str, list[dict[str, Any]]]:
@@ -36,8 +50,9 @@ def read_samples(directory: Path) -> dict[str, list[dict[str, Any]]]:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("t"), (int, float)):
-                found.setdefault(str(record.get("host") or path.stem), []).append(record)
+            sample = TelemetrySample.from_json(record) if isinstance(record, dict) else None
+            if isinstance(sample, TelemetrySample) and isinstance(sample.data.get("t"), (int, float)):
+                found.setdefault(str(sample.data.get("host") or path.stem), []).append(record)
     return {host: sorted(samples, key=lambda r: r["t"]) for host, samples in found.items()}
 
 

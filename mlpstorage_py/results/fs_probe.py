@@ -3,6 +3,11 @@
 The probe creates a uniquely named file in the data directory and tries to hard-link it
 into the results directory. A hard link cannot cross filesystems (EXDEV), so the kernel,
 not a mount-table guess, answers the question.
+
+FsSeparation (fs_separation.json), key "version":
+    none    never written, read as 1
+    1       the reference tool's (v3.0) and ours: method link_exdev, the data (or checkpoint) and
+            results paths and real paths, same_filesystem, probed_at/by_rank/by_host
 """
 
 from __future__ import annotations
@@ -16,8 +21,17 @@ from typing import Any
 
 from mlpstorage_py.errors import PermissionDenied
 from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.results.schema import FLAG, NUMBER, TEXT, Schema
 
 FILE_NAME = "fs_separation.json"
+
+
+class FsSeparation(Schema):
+    KIND = FILE_NAME
+    VERSION_KEY = "version"
+    VERSION = 1
+    FIELDS = {"method": TEXT, "data_or_chkpt_path": TEXT, "results_path": TEXT, "same_filesystem": FLAG,
+              "probed_at": TEXT, "probed_by_rank": NUMBER, "probed_by_host": TEXT}
 
 
 def probe(data_dir: Path, results_dir: Path) -> dict[str, Any]:
@@ -40,8 +54,7 @@ def probe(data_dir: Path, results_dir: Path) -> dict[str, Any]:
         same = False
     finally:
         os.unlink(source)
-    return {
-        "version": 1,
+    return FsSeparation({
         "method": "link_exdev",
         "data_or_chkpt_path": str(data_dir),
         "results_path": str(results_dir),
@@ -51,5 +64,5 @@ def probe(data_dir: Path, results_dir: Path) -> dict[str, Any]:
         "probed_at": utc_now(),
         "probed_by_rank": 0,
         "probed_by_host": socket.gethostname(),
-    }
+    }).to_json()
 

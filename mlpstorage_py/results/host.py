@@ -1,4 +1,9 @@
-"""What the metadata records about the host that ran the command."""
+"""What the metadata records about the host that ran the command (its system_info).
+
+HostInfo has no version of its own: it is read as the version of the metadata that holds it
+(results/metadata.Metadata).
+    none/1  hostname, os, machine, cpu_count, memory_total_bytes (null off Linux), python
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,16 @@ import platform
 import socket
 import sys
 from typing import Any
+
+from mlpstorage_py.results.schema import NUMBER, TEXT, Schema
+
+
+class HostInfo(Schema):
+    KIND = "system_info"
+    VERSION_KEY = None
+    VERSION = 1
+    FIELDS = {"hostname": TEXT, "os": TEXT, "machine": TEXT, "cpu_count": NUMBER, "memory_total_bytes": NUMBER,
+              "python": TEXT}
 
 
 def meminfo_bytes(field: str = "MemTotal") -> int | None:
@@ -22,11 +37,11 @@ def meminfo_bytes(field: str = "MemTotal") -> int | None:
 
 
 def host_info() -> dict[str, Any]:
-    return {
+    return HostInfo({
         "hostname": socket.gethostname(),
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "memory_total_bytes": meminfo_bytes(),
         "python": sys.version.split()[0],
-    }
+    }).to_json()

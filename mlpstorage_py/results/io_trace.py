@@ -76,6 +76,9 @@ by its threads' streams), null without requests. `files` counts the regular file
 path's filesystem the process closed (work processes only), as written when it had them open
 for writing, else as read, and `file_bytes` sums their sizes at close: replay.fio's file sizes.
 They are the process's, shared by its streams on several devices; traces from before had none.
+
+Versions (IoTrace, key "schema"): 1, the only one; the fields above that traces from before lack
+are read as absent. There is no unversioned trace.
 """
 
 from __future__ import annotations
@@ -84,14 +87,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.results.schema import FLAG, LIST, NUMBER, OBJECT, TEXT, Schema
+
 FILE = "io_trace.json"
 SCHEMA = 1
 OPS = ("read", "write", "flush")
 MIN_SAMPLES = 20  # no percentile from fewer latencies: its count is shown instead
 
 
+class IoTrace(Schema):
+    KIND = FILE
+    VERSION_KEY = "schema"
+    VERSION = SCHEMA
+    OLDER = ()
+    FIELDS = {"level": TEXT, "why": TEXT, "duration_s": NUMBER, "data_paths": LIST, "complete": FLAG, "stopped": TEXT,
+              "hosts": OBJECT, "unattributed": OBJECT, "rank_bytes": LIST, "warnings": LIST}
+
+
 def read(leaf: Path) -> dict[str, Any] | None:
-    """The leaf's trace, or None when the run was not traced (no file, or not a trace)."""
+    """The leaf's trace, or None when the run was not traced (no file, or not a trace of a
+    version this tool reads)."""
     path = leaf / FILE
     if not path.is_file() or path.is_symlink():
         return None
@@ -99,7 +114,7 @@ def read(leaf: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+    return data if isinstance(data, dict) and IoTrace.unread(data) is None else None
 
 
 def samples(hist: dict[str, Any]) -> int:

@@ -1,7 +1,15 @@
-"""provenance.json (schema mlps-run-provenance/1): which tool, engine and workload made a leaf."""
+"""provenance.json: which tool, engine and workload made a leaf, and the comparability class a
+stamped run resolves to.
+
+Provenance (provenance.json), key "schema":
+    mlps-run-provenance/1   rules_edition, layout_version, tool, dlio, storage_library, core_config,
+                            stamped_at/by and where each came from; later runs add engine and libraries
+Published v3.0 leaves hold no provenance.json: there is no unversioned form to read.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 from importlib import metadata
 from pathlib import Path
@@ -10,13 +18,48 @@ from typing import Any
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.code_image import git_sha, pointer_text
+from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.results.schema import NUMBER, OBJECT, TEXT, Schema
+from mlpstorage_py.rules import tables
 from mlpstorage_py.rules.configs import source_root
-from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.rules.core_config import core_config
 
 FILE_NAME = "provenance.json"
 SCHEMA = "mlps-run-provenance/1"
 UNKNOWN = "unknown"
+
+
+class Provenance(Schema):
+    KIND = FILE_NAME
+    VERSION_KEY = "schema"
+    VERSION = SCHEMA
+    OLDER = ()
+    FIELDS = {"rules_edition": TEXT, "layout_version": NUMBER, "tool": OBJECT, "dlio": OBJECT, "storage_library": OBJECT,
+              "core_config": OBJECT, "provenance": OBJECT}
+
+
+def section(stamp: dict[str, Any], key: str) -> dict[str, Any]:
+    """One object of a provenance stamp; a value of another type reads as empty (its own rule
+    reports the malformed stamp), so a wrong type is never a crash."""
+    value = stamp.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def leaf_class(leaf_division: str, family: str, model: str, accelerator: str | None, edition: str,
+               digest: str) -> str | None:
+    """The comparability class a stamped run resolves to, or None (EDN-02 and reportgen's column)."""
+    for entry in _classes_of(leaf_division, family, model):
+        if entry["accelerator"] in ("any", accelerator) and edition in entry["editions"] and digest in entry["core_configs"]:
+            found: str = entry["id"]
+            return found
+    return None
+
+
+@functools.cache  # every run leaf asks: the table is searched once per workload, not per leaf
+def _classes_of(division: str, family: str, model: str) -> tuple[dict[str, Any], ...]:
+    """The comparability classes of one division's workload, in the table's order."""
+    return tuple(entry for entry in tables.comparability_classes()
+                 if entry["division"] == division and entry["family"] == family and entry["model"] == model)
 
 
 def dlio_stamp() -> tuple[dict[str, str], str]:
@@ -98,4 +141,4 @@ def build(family: str, parameters: dict[str, Any], code_hash: str, engine: str |
 
 
 def write(leaf: Path, stamp: dict[str, Any]) -> None:
-    write_json(leaf / FILE_NAME, stamp)
+    Provenance(stamp).write(leaf / FILE_NAME)

@@ -1,24 +1,17 @@
 """What status, submit and runs say about each leaf of the one results model (results.tree):
-its state (results.tree.run_state), its image, the results it counts towards. Only `ok` leaves
-count towards a result; `ok` leaves beyond the required number are `extra` (the earliest are
-counted, as the rules count runs from the warm-up on).
+its ID, its size and its image; the results it counts towards, each leaf with its state, are
+the model's (results.tree.run_state.Standing).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
-from mlpstorage_py.results.tree.run_state import EXTRA, OK, state
-from mlpstorage_py.rules.tables import checker
-
-PHASES = {"datasize": 0, "datagen": 1, "run": 2}  # the order a result's leaves are listed in
-
 
 def leaf_id(pkg: Package, leaf: Leaf) -> str:
     """A leaf's ID is its path relative to the tree root (unique, and what validate prints)."""
@@ -50,69 +43,6 @@ def image_of(pkg: Package, leaf: Leaf) -> tuple[str, Path | None]:
     if digest is None:
         return "malformed", None
     return f"code-{digest[:8]}", pkg.resolve_image(leaf, digest)
-
-
-def _phases(leaf: Leaf) -> set[str]:
-    """The checkpointing phases a leaf performed, from its summary metrics (save/load)."""
-    summary = leaf.summary or {}
-    metric = summary.get("metric") or {}
-    return {phase for phase, key in (("write", "save_checkpoint_io_mean_GB_per_second"),
-                                     ("read", "load_checkpoint_io_mean_GB_per_second")) if key in metric}
-
-
-@dataclass
-class Result:
-    """One result (Rules 1.3): a workload directory and every leaf of it, each with its state."""
-
-    division: str
-    org: str
-    system: str
-    benchmark: str
-    model: str
-    workload: Path
-    leaves: list[tuple[Leaf, str, str]] = field(default_factory=list)  # (leaf, state, why), in name order
-
-    @property
-    def runs(self) -> list[tuple[Leaf, str, str]]:
-        return [entry for entry in self.leaves if entry[0].command == "run"]
-
-    @property
-    def required(self) -> int:
-        """runs_per_result of the edition; a checkpointing result is one combined or two phase invocations."""
-        needed = int(checker()["runs_per_result"][self.benchmark])
-        if self.benchmark == "checkpointing" and any(_phases(leaf) == {"write", "read"} for leaf, s, _ in self.runs if s == OK):
-            return 1
-        return needed
-
-    @property
-    def present(self) -> int:
-        return min(self.required, sum(s == OK for _, s, _ in self.runs))
-
-
-def results(pkg: Package) -> list[Result]:
-    """Every result of the tree with its leaves' states (result_of), in (division, org, system,
-    benchmark, model) order."""
-    grouped: dict[Path, list[Leaf]] = {}
-    for leaf in pkg.leaves:
-        grouped.setdefault(leaf.workload_dir, []).append(leaf)
-    found = [result_of(leaves) for _, leaves in sorted(grouped.items(), key=lambda item: str(item[0]))]
-    return sorted(found, key=lambda r: (r.division, r.org, r.system, r.benchmark, r.model))
-
-
-def result_of(leaves: list[Leaf]) -> Result:
-    """One result from its leaves (one workload directory, in listing order): each with its state,
-    datasize, datagen then run, by name; ok run leaves past the required are extra."""
-    ordered = sorted(leaves, key=lambda l: (PHASES.get(l.command, 0), l.path.name))
-    first = ordered[0]
-    result = Result(first.division, first.org, first.system, first.benchmark, first.model, first.workload_dir,
-                    [(leaf, *state(leaf)) for leaf in ordered])
-    required, counted = result.required, 0
-    for i, (leaf, status, why) in enumerate(result.leaves):
-        if leaf.command == "run" and status == OK:
-            counted += 1
-            if counted > required:
-                result.leaves[i] = (leaf, EXTRA, f"ok, beyond the {required} run(s) a result counts")
-    return result
 
 
 def placeholders(root: Path, division: str, org: str, system: str) -> list[str]:

@@ -21,9 +21,9 @@ from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
 from mlpstorage_py.results.links import private_path
-from mlpstorage_py.results.tree.run_state import EXTRA
+from mlpstorage_py.results.tree.run_state import EXTRA, standings
 from mlpstorage_py.results.tree.untrusted import shown
-from mlpstorage_py.submission.leaves import find_leaves, human, image_of, leaf_id, results, size_of
+from mlpstorage_py.submission.leaves import find_leaves, human, image_of, leaf_id, size_of
 
 AGE = re.compile(r"^(\d+)([dhm])$")
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -32,7 +32,7 @@ UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 def _entries(pkg: Package) -> list[dict[str, Any]]:
     """Every leaf with its state, size and code image, in tree order."""
     out = []
-    for result in results(pkg):
+    for result in standings(pkg):
         for leaf, state, why in result.leaves:
             image, resolved = image_of(pkg, leaf)
             out.append({"id": leaf_id(pkg, leaf), "phase": leaf.command, "state": state, "detail": why,

@@ -10,7 +10,7 @@ the checker's INVALID and WARNING counts for the result, the system paperwork st
   paperwork  the system description is missing or lacks the fields the rules require
   ready      nothing left to do
 A KV cache run whose summary records a partial failure (rank results lost, a trial that failed)
-is listed under its result with the counts, as checker.kv_failures reads them for 6.3.4.1.
+is listed under its result with the counts, as results/kv.partial_failure reads them for 6.3.4.1.
 Findings about the rollup tables reportgen writes (results.json and the like) count as the
 checker reports them: run `mlpstorage reports reportgen` (submit does) to refresh them first.
 """
@@ -23,13 +23,14 @@ from typing import Any, Iterator
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker import runner
-from mlpstorage_py.checker.kv_failures import partial_failure
 from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Finding, Rule
 from mlpstorage_py.errors import ConfigurationError
+from mlpstorage_py.results.kv import partial_failure
 from mlpstorage_py.results.tree import package as tree
 from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.results.tree.untrusted import shown
-from mlpstorage_py.submission.leaves import Result, leaf_id, path_id, placeholders, result_of
+from mlpstorage_py.results.tree.run_state import Standing, standing_of
+from mlpstorage_py.submission.leaves import leaf_id, path_id, placeholders
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"
 SYSTEM_RULES = ("2.1.7",)  # systems/<system>.yaml and .pdf, for every result of the system
@@ -43,11 +44,11 @@ READING = Rule("status", "the status table's per-result reading")
 def _note(rule: Rule, unit: tree.Result) -> Iterator[Finding]:
     """A result's row, findings aside, noted for the parent (a worker's records are released after)."""
     if unit.leaves:
-        rule.note(unit.system.package, _reading(unit.system.package, result_of(unit.leaves)))
+        rule.note(unit.system.package, _reading(unit.system.package, standing_of(unit.leaves)))
     return iter(())
 
 
-def _reading(pkg: Package, result: Result) -> dict[str, Any]:
+def _reading(pkg: Package, result: Standing) -> dict[str, Any]:
     return {"division": result.division, "organization": result.org, "system": result.system,
             "benchmark": result.benchmark, "model": result.model,
             "result": path_id(pkg, result.workload),
@@ -79,7 +80,7 @@ def _paperwork(pkg: Package, row: dict[str, Any], described: dict[tuple[Path, st
     return sorted(set(found))
 
 
-def _partial_failures(result: Result) -> list[str]:
+def _partial_failures(result: Standing) -> list[str]:
     """'<run>: <counts>' for each KV cache run whose summary records what its aggregation lost."""
     found = []
     for leaf, _, _ in result.runs if result.benchmark == "kv_cache" else ():

@@ -36,8 +36,8 @@ from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
-from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE
-from mlpstorage_py.submission.leaves import human, image_of, leaf_id, placeholders, results
+from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, standings
+from mlpstorage_py.submission.leaves import human, image_of, leaf_id, placeholders
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only
 MANIFEST_SCHEMA = "mlps-submission-files/1"
@@ -228,7 +228,7 @@ def submit(root: Path, org_flag: str | None, output_flag: str | None, dry_run: b
         where = os.path.relpath(f.path, root) if f.path.startswith(str(root)) else f.path
         print(shown(f"INVALID {f.rule} {f.name}: {where}: {f.message}"), file=sys.stderr)
     # a failed or killed run is no part of a result, whatever the rules' counts say: never ship one
-    unfinished = [(leaf, state, why) for result in results(pkg) if result.org == org
+    unfinished = [(leaf, state, why) for result in standings(pkg) if result.org == org
                   for leaf, state, why in result.leaves if state in (FAILED, INCOMPLETE)]
     for leaf, state, why in unfinished:
         print(shown(f"{state.upper()} leaf {leaf_id(pkg, leaf)}: {why}") + f" (`mlpstorage runs rm --status {state}`)", file=sys.stderr)

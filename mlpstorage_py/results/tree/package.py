@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 from mlpstorage_py.results import code_image
+from mlpstorage_py.results.schema import JsonObject, Schema, of_record
 from mlpstorage_py.results.tree import aside, files, layout
 from mlpstorage_py.results.tree.layout import DIVISIONS, PRIVATE_DIR, RESULTS_TABLE, TIMESTAMP, TRASH_DIR
 from mlpstorage_py.results.tree.once import once
@@ -36,11 +37,12 @@ ASIDE_BYTES = 512 * 1024
 
 class Record(NamedTuple):
     """One file read back: `value` when it was read, else `problem` says why not (missing,
-    a link, not a file, not UTF-8, not valid JSON, not an object). `path` is the entry, or None
-    when there is none; `kind` what the entry is (files.FILE, LINK, DIR, OTHER; None: missing).
-    A named tuple, not a frozen dataclass: made for every record of every leaf, it costs
-    a third as much."""
-    value: Any
+    a link, not a file, not UTF-8, not valid JSON, not an object, a schema version this tool
+    does not read). `path` is the entry, or None when there is none; `kind` what the entry is
+    (files.FILE, LINK, DIR, OTHER; None: missing). A record of a leaf is its family's schema
+    (results/schema.of_record) as typed(kind) reads it. A named tuple, not a frozen dataclass:
+    made for every record of every leaf, it costs a third as much."""
+    value: JsonObject | None
     problem: str | None
     path: Path | None
     kind: str | None = None
@@ -177,8 +179,19 @@ class Leaf:
         for first in _record_patterns(kind, self.benchmark):
             found = first(names)
             if found is not None:
-                return _object(files.child(self.path, found), names[found])
+                read = _object(files.child(self.path, found), names[found])
+                schema = of_record(kind, self.benchmark) if read.value is not None else None
+                unread = schema.unread(read.value) if schema is not None and read.value is not None else None
+                return read if unread is None else Record(None, unread.text(), read.path, read.kind)
         return Record(None, layout.record_kinds()[kind]["missing"], None)
+
+    def typed(self, kind: str) -> Schema | None:
+        """The record as its family's schema reads it (results/schema.of_record), None when it
+        has no value (missing, or why not is its problem)."""
+        value = self.record(kind).value
+        schema = of_record(kind, self.benchmark)
+        found = schema.from_json(value) if schema is not None and value is not None else None
+        return found if isinstance(found, Schema) else None
 
     def json_object(self, name: str) -> Record:
         """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json)."""

@@ -1,24 +1,24 @@
-"""What section 5's rules read from a vector database leaf beyond its records: the files the
-reference tool writes beside them (config.json, statistics.json, result_verdict.json), the facts
-read from whichever file records them, and the datagen (load) leaves a run pairs with in its
-result. The rules are rules_vdb (5.1-5.3) and rules_vdb_backends (5.4-5.6); a leaf is the
-package's Leaf, read through its Records.
+"""A vector database leaf as its records state it: summary.json (VdbSummary), and what section
+5's rules and the results table read beside it: the files the reference tool writes (config.json,
+statistics.json, result_verdict.json), each fact from whichever file records it under whatever
+name a published tool version used, and the datagen (load) leaves a run pairs with in its result.
+
+VdbSummary (summary.json, written by benchmarks/vectordb*.py), key "schema_version":
+    none    the reference tool's (v3.0) and ours before it stamped one: the phase's figures
+            (throughput_qps, latencies, recall), num_vectors, dimension, index_type, database, ...
+    1       ours: the same fields, with benchmark_phase, ground_truth, served_by and datagen_leaf
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
-import yaml
-
-from mlpstorage_py.checker.judging import checker_block
-from mlpstorage_py.checker.registry import Finding, Rule
+from mlpstorage_py.results.schema import NUMBER, OBJECT, TEXT, Schema
 from mlpstorage_py.results.tree.files import DIR, entries, kind_of, load_json, real_file
-from mlpstorage_py.results.tree.package import Leaf, Result
+from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
 
 FAMILY = "vector_database"
@@ -27,13 +27,11 @@ LOG_LIMIT = 1 << 20
 INDEX_DONE = re.compile(r"index(?:ing| build(?:ing)?)?\b.*\b(?:complete|completed|finished|done)\b", re.IGNORECASE)
 
 
-# --- which leaves are judged ---------------------------------------------------------------
-
-def phase(result: Result, command: str) -> list[Leaf]:
-    """A result's leaves of one phase, none when its edition is not checkable. Section 5 filters on
-    the edition alone: a result's model is its index type, which 5.6.3 judges, and its engine
-    directory is 5.6.2's and 5.6.5's to judge."""
-    return result.phase(command) if checker_block(result) else []
+class VdbSummary(Schema):
+    KIND = "summary.json"
+    VERSION = 1
+    FIELDS = {"benchmark_phase": TEXT, "num_vectors": NUMBER, "dimension": NUMBER, "index_type": TEXT,
+              "collection_name": TEXT, "database": OBJECT, "datagen_leaf": TEXT}
 
 
 def engine(leaf: Leaf) -> str:
@@ -42,7 +40,7 @@ def engine(leaf: Leaf) -> str:
 
 # --- files beside the records --------------------------------------------------------------
 
-def config(leaf: Leaf) -> tuple[dict | None, str | None]:
+def config(leaf: Leaf) -> tuple[dict[str, Any] | None, str | None]:
     """config.json: (object, None), (None, why) when broken, (None, None) when absent."""
     path = leaf.path / "config.json"
     if kind_of(path) is None:
@@ -53,7 +51,7 @@ def config(leaf: Leaf) -> tuple[dict | None, str | None]:
     return (data, None) if problem is None else (None, problem)
 
 
-def resolved(leaf: Leaf) -> tuple[dict | None, str]:
+def resolved(leaf: Leaf) -> tuple[dict[str, Any] | None, str]:
     """The resolved workload parameters and where they were read: config.json's, else the metadata's."""
     for where, block in (("config.json", dig(config(leaf)[0], "parameters")), ("metadata", dig(leaf.metadata, "parameters"))):
         if isinstance(block, dict) and block:
@@ -88,7 +86,7 @@ def database(leaf: Leaf) -> tuple[str | None, str]:
     return None, "nowhere"
 
 
-def native(leaf: Leaf) -> tuple[dict | None, str | None]:
+def native(leaf: Leaf) -> tuple[dict[str, Any] | None, str | None]:
     """The engine's native statistics.json (vdbbench writes it at the leaf root or under
     vectordb/<phase>/): (object, its path relative to the leaf), or (None, None)."""
     paths = [leaf.path / "statistics.json"]
@@ -101,7 +99,7 @@ def native(leaf: Leaf) -> tuple[dict | None, str | None]:
     return None, None
 
 
-def verdict(leaf: Leaf) -> dict | None:
+def verdict(leaf: Leaf) -> dict[str, Any] | None:
     """result_verdict.json when it is a readable JSON object."""
     path = leaf.path / "result_verdict.json"
     if not real_file(path):
@@ -208,19 +206,6 @@ def evidence_problem(leaf: Leaf) -> str:
     return f"{config_problem}; {leaf.problem('metadata') or 'the metadata records no parameters'}"
 
 
-# --- findings the rules share --------------------------------------------------------------
-
-def cannot(r: Rule, leaf: Leaf, what: str, why: str | None = None) -> Finding:
-    why = why or leaf.problem("summary") or "not recorded"
-    path = leaf.path_of("summary") if "summary" in why else leaf.path
-    return r.invalid(path, f"cannot check {what}: {why}")
-
-
-def not_checked(r: Rule, leaf: Leaf, what: str, why: str, path: Path | None = None) -> Finding:
-    """Missing evidence is not evidence of failure: a WARNING that names what is absent."""
-    return r.warning(path or leaf.path, f"not checked: no file records {what} ({why})")
-
-
 def number(found: Any) -> float | None:
     result = as_number(found)
     return result if result is not None and math.isfinite(result) else None
@@ -253,26 +238,3 @@ def declared(gens: list[Leaf], leaf: Leaf) -> tuple[int | None, str]:
     if len(loaded) == 1:
         return loaded.pop(), f"datagen {', '.join(g.path.name for g in paired)} {fact(paired[0], 'num_vectors')[1]}"
     return None, "nowhere"
-
-
-def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
-    """(num_vectors, dimension) pairs of 5.1.1's table: the checker block's, else configs/vectordb's."""
-    if block.get("vdb_scales"):
-        return [tuple(map(int, s)) for s in block["vdb_scales"]], "the edition's checker block (vdb_scales)"
-    scales = _configured_scales()
-    if not scales:
-        return None, "no table"
-    return list(scales), "configs/vectordb/default.yaml sanctioned_scales"
-
-
-@functools.cache
-def _configured_scales() -> tuple[tuple[int, int], ...]:
-    """configs/vectordb/default.yaml's sanctioned_scales, read once (every run asks)."""
-    try:
-        from mlpstorage_py.rules.configs import configs_dir
-
-        path = configs_dir() / "vectordb" / "default.yaml"
-        scales = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})[FAMILY].get("sanctioned_scales")
-    except Exception:  # noqa: BLE001 - no source checkout, unreadable table: the table is then undefined
-        scales = None
-    return tuple((int(n), int(d)) for n, d in scales or ())
