@@ -243,6 +243,7 @@ def kv_command(leaf_dir: str, stamp: str, option: str, trial: int, args: list[st
 
 def write_kv_cache(ctx: Context) -> None:
     from mlpstorage_py.benchmarks import kvcache
+    from mlpstorage_py.results.kv import KvSummary
 
     table = kvcache.option_table()
     parameters = kvcache.resolve_parameters(ctx.division, {}, table)
@@ -282,7 +283,7 @@ def write_kv_cache(ctx: Context) -> None:
             "option": int(key), "parameters": option, "kv_cache_args": per_option[key], "aggregate": aggregate,
             "ranks": kvcache._rank_index(leaf, key, trial_results)})
     summary = {
-        "schema_version": kvcache.SCHEMA_VERSION, "run_datetime": stamp, "model": KV_MODEL, "npernode": total,
+        "schema_version": KvSummary.VERSION, "run_datetime": stamp, "model": KV_MODEL, "npernode": total,
         "host_count": 1, "hosts": [HOST], "total_ranks": total, "trials_per_option": trials, "seed": sequence["seed"],
         "inter_option_delay_s": sequence["inter_option_delay_s"], "performance_profile": glob["performance_profile"],
         "options": aggregates, "partial_failure": False, "trial_failures": {},

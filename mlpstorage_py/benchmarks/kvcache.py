@@ -44,12 +44,12 @@ from mlpstorage_py.launch.process import error_line
 from mlpstorage_py.results import fs_probe
 from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.io import write_json
+from mlpstorage_py.results.kv import TOTAL_RANKS, TRIALS, KvSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import checker, kvcache_options
 
 ENGINE = "kv-cache.py"
-SCHEMA_VERSION = "1.0"
 STAMP = "{stamp}"
 # Per-Option keys of Table KVCache-1, in the order they are emitted to kv-cache.py.
 OPTION_KEYS = ("model", "num_users", "duration", "gpu_mem_gb", "cpu_mem_gb", "max_concurrent_allocs", "generation_mode")
@@ -240,7 +240,7 @@ class KVCacheBenchmark(Benchmark):
                                      "origin": "kv-cache.py of this source tree, one per MPI rank through mlperf_wrapper.py"})
         plan.engine_parameters = {"engine": ENGINE, "wrapper": str(wrapper), "cache_dir": cache,
                                   "config_file": config_path, "hosts": list(layout.hosts), "npernode": layout.npernode,
-                                  "host_count": len(layout.hosts), "total_ranks": layout.total_ranks,
+                                  "host_count": len(layout.hosts), TOTAL_RANKS: layout.total_ranks,
                                   "kv_cache_args": per_option}
         plan.report = self._report(parameters, layout)
         if req.command == "datasize":
@@ -319,7 +319,7 @@ class KVCacheBenchmark(Benchmark):
         ep = plan.engine_parameters
         mpi = MpiOptions.from_args(self.request.args)
         mpi.hosts = [f"{h}:{ep['npernode']}" for h in ep["hosts"]]
-        return mpi, ep["total_ranks"]
+        return mpi, ep[TOTAL_RANKS]
 
     def _validate_inputs(self, plan: Plan) -> None:
         """Let kv-cache.py refuse bad input (a --config key, a size) now, not in every rank later."""
@@ -370,7 +370,7 @@ class KVCacheBenchmark(Benchmark):
     def execute(self, plan: Plan, leaf: Path) -> None:
         req = self.request
         params, ep = plan.parameters, plan.engine_parameters
-        total = ep["total_ranks"]
+        total = ep[TOTAL_RANKS]
         seq = params["sequence"]
         stamp = leaf.name
         layout = Layout(tuple(ep["hosts"]), ep["npernode"])
@@ -438,15 +438,14 @@ class KVCacheBenchmark(Benchmark):
         hosts = kvcache_hosts.host_records(list(layout.hosts), layout.npernode, probe, all_trials, plan.client_hosts)
         write_json(leaf / kvcache_hosts.HOSTS_FILE, {"shared_results_check": probe, "client_hosts": hosts})
         summary = {
-            "schema_version": SCHEMA_VERSION,
             "run_datetime": stamp,
             "model": req.model,
             "npernode": ep["npernode"],
             "host_count": ep["host_count"],
             "hosts": ep["hosts"],
             "client_hosts": hosts,
-            "total_ranks": total,
-            "trials_per_option": seq["trials"],
+            TOTAL_RANKS: total,
+            TRIALS: seq["trials"],
             "seed": seq["seed"],
             "inter_option_delay_s": seq["inter_option_delay_s"],
             "performance_profile": params["global"]["performance_profile"],
@@ -462,9 +461,9 @@ class KVCacheBenchmark(Benchmark):
                 "cpu_tier_ranks": "ranks with cache_stats.storage_entries == 0 contribute 0.0 to the device latencies",
             },
         }
-        write_json(leaf / "summary.json", summary)
+        KvSummary(summary).write(leaf / "summary.json")
         write_json(leaf / "results.json", {"benchmark": "kv_cache", "model": req.model, "run_datetime": stamp,
-                                           "total_ranks": total, "partial_failure": partial,
+                                           TOTAL_RANKS: total, "partial_failure": partial,
                                            "options": {k: {"name": a["name"], "label": a["label"], **a["headline"]}
                                                        for k, a in aggregates.items()}})
         _tidy_cache(Path(ep["cache_dir"]), total, stale=stopped is not None)
@@ -489,7 +488,7 @@ class KVCacheBenchmark(Benchmark):
         print(f"option {key}: read {a['aggregated_read_bandwidth_gbps']:.3f} GiB/s, write "
               f"{a['aggregated_write_bandwidth_gbps']:.3f} GiB/s, device P95 read {a['aggregated_device_read_p95_ms']:.2f} ms "
               f"/ write {a['aggregated_device_write_p95_ms']:.2f} ms, storage throughput "
-              f"{a['aggregated_storage_throughput_tokens_per_sec']:.1f} tok/s ({a['total_ranks']} ranks; "
+              f"{a['aggregated_storage_throughput_tokens_per_sec']:.1f} tok/s ({a[TOTAL_RANKS]} ranks; "
               f"{a['requests_completed']} requests done, {a['requests_failed']} failed)", flush=True)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from statistics import fmean
 from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.results.kv import RANK_COUNT, TOTAL_RANKS, TRIAL_COUNT
 from mlpstorage_py.results.logs import log
 
 
@@ -113,9 +114,9 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
         "aggregated_device_read_p95_ms": peak("device_read_p95_ms"),
         "aggregated_device_write_p95_ms": peak("device_write_p95_ms"),
         "aggregated_storage_read_p95_ms": peak("storage_read_p95_ms"),
-        "rank_count": total_ranks,
-        "trial_count": len(trials),
-        "total_ranks": total_ranks,
+        RANK_COUNT: total_ranks,
+        TRIAL_COUNT: len(trials),
+        TOTAL_RANKS: total_ranks,
         "partial_failure": partial,
         "missing_files": missing,
         # Over every rank and trial: requests whose I/O all happened, and those that could not
@@ -133,7 +134,7 @@ def aggregate_option(option: str, trials: list[dict[int, dict[str, Any] | None]]
                      "device_read_p95_ms": peak("device_read_p95_ms"),
                      "device_write_p95_ms": peak("device_write_p95_ms"),
                      "storage_throughput_tokens_per_sec": mean("storage_throughput_tokens_per_sec"),
-                     "total_ranks": total_ranks},
+                     TOTAL_RANKS: total_ranks},
     }
 
 

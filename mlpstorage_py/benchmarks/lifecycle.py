@@ -23,6 +23,7 @@ from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image, fs_probe, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import atomic_write_text, iso_from_epoch, write_json
+from mlpstorage_py.results.metadata import Metadata
 from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
 from mlpstorage_py.results.logs import attach_leaf, detach, log
 from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
@@ -239,4 +240,4 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
         engine_identity=plan.engine_identity,
         libraries_by_host=hosts,
     )
-    write_json(leaf / f"{bench.benchmark_type}_{metadata['run_datetime']}_metadata.json", metadata)
+    Metadata(metadata).write(leaf / f"{bench.benchmark_type}_{metadata['run_datetime']}_metadata.json")

@@ -14,7 +14,6 @@ from typing import Any, Iterator
 from mlpstorage_py.errors import MlpsError
 from mlpstorage_py.launch import heartbeat
 from mlpstorage_py.results import io_trace
-from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.logs import log
 
 
@@ -51,7 +50,7 @@ def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
         record = honest.check(mark_ranks(record, leaf), leaf)  # others' share, ranks against their own counts
         if record.get("level") == "vfs" and bench.request.benchmark == "kvcache":  # the fallback 6.5.2 describes
             record["why"] = f"{record.get('why') or ''} (Rules 6.5.2)".strip()
-        write_json(leaf / io_trace.FILE, record)
+        io_trace.IoTrace(record).write(leaf / io_trace.FILE)
         log.info(f"trace-io: {io_trace.FILE} written ({record.get('level')} level, "
                  f"{len(record.get('hosts', {}))} host(s))")
 

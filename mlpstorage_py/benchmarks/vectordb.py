@@ -22,7 +22,8 @@ from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.launch.mpi import MpiOptions
-from mlpstorage_py.results.io import iso_from_epoch, read_json, write_json
+from mlpstorage_py.results.io import iso_from_epoch, read_json
+from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules.tables import workloads as rules_workloads
@@ -399,7 +400,7 @@ class VectorDBBenchmark(Benchmark):
             free = record.get("available_kib", 0) * 1024
             if free < size["total_bytes"]:
                 log.warning(f"{root} has {free / 2**30:,.2f} GiB free; the estimate is {size['total_bytes'] / 2**30:,.2f} GiB")
-        write_json(leaf / "summary.json", size)
+        VdbSummary(size).write(leaf / "summary.json")
 
     # -- datagen ------------------------------------------------------------------------
     def _execute_datagen(self, plan: Plan, leaf: Path) -> None:
@@ -471,7 +472,7 @@ class VectorDBBenchmark(Benchmark):
             "served_by": serving,
             "filesystems": fs,
         }
-        write_json(leaf / "summary.json", summary)
+        VdbSummary(summary).write(leaf / "summary.json")
         print(f"{index_type} datagen: {inserted:,} vectors loaded in {load['seconds']:.1f} s "
               f"({load['vectors_per_second']:,.0f} vectors/s), index built in {build['seconds']:.1f} s; "
               f"collection {db.collection} on {db.describe()}")

@@ -19,6 +19,7 @@ from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.io import iso_from_epoch, write_json
+from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import untrusted
 from mlpstorage_py.rules.tables import checker
@@ -172,7 +173,7 @@ class QueryRun:
             "datagen_leaf": datagen_leaf,
             "filesystems": fs,
         }
-        write_json(leaf / "summary.json", summary)
+        VdbSummary(summary).write(leaf / "summary.json")
         write_json(leaf / "recall_stats.json", rstats)
         write_json(leaf / "result_verdict.json", {
             "flat_setup": {"ok": True, "coverage": gt["coverage"], "reason": gt["method"]},
