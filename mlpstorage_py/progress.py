@@ -142,7 +142,7 @@ def polled(label: str, total: float | None, count: Callable[[], float], unit: st
         while True:
             try:
                 progress.update(count())
-            except Exception:  # noqa: BLE001 - a failed sample must not end the phase it watches
+            except Exception:  # a failed sample must not end the phase it watches
                 pass
             if stop.wait(poll_s):
                 return
@@ -156,7 +156,7 @@ def polled(label: str, total: float | None, count: Callable[[], float], unit: st
         watcher.join(timeout=poll_s + 5)
         try:
             progress.update(count())
-        except Exception:  # noqa: BLE001
+        except Exception:  # nor a failed last one the phase's end
             pass
         progress.close()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -280,9 +281,9 @@ class Engine:
         for number in range(1, self.opts.num_write + 1):
             if number > 1:
                 self.pause_between()
-            self.agree(lambda: self.store.make_dirs(self.ckpt_path(number)))
+            self.agree(functools.partial(self.store.make_dirs, self.ckpt_path(number)))
 
-            def write_mine() -> None:
+            def write_mine(number: int) -> None:
                 for f in self.my_files:
                     path = self.ckpt_path(number, f.name)
                     try:
@@ -299,7 +300,7 @@ class Engine:
                 if self.fsync and self.store.cached_locally:
                     sync_directory(self.ckpt_path(number))  # the new names are durable too
 
-            self.timed(f"save_ckpt{number}", write_mine)
+            self.timed(f"save_ckpt{number}", functools.partial(write_mine, number))
             self.record.written.append(f"ckpt_{number}")
 
     def existing_reads(self) -> list[int]:
@@ -378,7 +379,7 @@ class Engine:
             if index > 1 or self.opts.num_write:
                 self.pause_between()
 
-            def read_mine() -> None:
+            def read_mine(number: int) -> None:
                 for f in self.my_files:
                     path = self.ckpt_path(number, f.name)
                     try:
@@ -390,7 +391,7 @@ class Engine:
                     self.record.bytes_read += got
                     rank_progress.count(1, "files", read=0 if self.store.cached_locally else got)
 
-            self.timed(f"load_ckpt{index}", read_mine)
+            self.timed(f"load_ckpt{index}", functools.partial(read_mine, number))
             self.record.read.append(f"ckpt_{number}")
 
     # -- results ------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ def kv_cache(leaves: list[Leaf]) -> list[Chart]:
     for key, fields, title, ylabel in (("kv-bandwidth", KV_BANDWIDTH, "KV cache storage bandwidth per Option and trial",
                                         "GiB/s"),
                                        ("kv-p95", KV_P95, "KV cache P95 latency per Option and trial", "ms")):
-        series = {label: [_number(r.get(trial if kind == "trial" else option)) for r, kind in zip(records, kinds)]
+        series = {label: [_number(r.get(trial if kind == "trial" else option)) for r, kind in zip(records, kinds, strict=True)]
                   for label, (trial, option) in fields.items()}
         series = {label: values for label, values in series.items() if any(v is not None for v in values)}
         chart_notes = list(notes) if key == "kv-bandwidth" else []
@@ -373,7 +373,7 @@ def svg(chart: Chart, ident: str) -> str:
         return bottom - (value - low) / (high - low) * (bottom - top)
 
     grid = ' stroke-opacity="0.3"'
-    for tick, label in zip(ticks, labels):
+    for tick, label in zip(ticks, labels, strict=True):
         y = y_of(tick)
         canvas.line(left, y, right, y, "#b0b0b0", 0.8, grid)
         canvas.line(left - TICK_LEN, y, left, y)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -161,7 +162,7 @@ def _read(systems: list[System]) -> Share:
         pkg, where = system.package, (system.division, system.org)
         for workload, leaves in sorted(_group(system).items()):
             try:
-                row = _shaped(lambda: _row(pkg, system.division, system.org, leaves), workload)
+                row = _shaped(functools.partial(_row, pkg, system.division, system.org, leaves), workload)
             except ConfigurationError as exc:  # reportgen stops at it: nothing after it counts
                 share.results.append((where, workload, leaves[0].benchmark, exc))
                 return share
@@ -169,7 +170,7 @@ def _read(systems: list[System]) -> Share:
         known = share.manifests.get(where)
         if not isinstance(known, ConfigurationError):
             try:
-                found = _shaped(lambda: manifest.part(pkg, system.leaves), system.path.parents[1])
+                found = _shaped(functools.partial(manifest.part, pkg, system.leaves), system.path.parents[1])
                 share.manifests[where] = manifest.Part(known.text + found.text, known.images | found.images,
                                                        known.tools | found.tools,
                                                        known.commits | found.commits) if known else found

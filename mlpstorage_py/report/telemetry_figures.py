@@ -14,6 +14,7 @@ read, and a file too large to draw is named instead of read.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -226,10 +227,7 @@ def panels(samples: dict[str, list[dict[str, Any]]], t0: float) -> tuple[list[Pa
         found[f"nfs-{name}"] = Panel(f"nfs-{name}", f"NFS {name} MiB/s: READ (solid), WRITE (dashed)")
     for host, rows in samples.items():
         series: dict[tuple[str, str, bool], list[tuple[float, float | None]]] = {}
-
-        def add(panel: str, measure: str, dashed: bool, x: float, value: float | None) -> None:
-            series.setdefault((panel, measure, dashed), []).append((x, value))
-
+        add = functools.partial(_add_point, series)
         first_dt = _dt(rows[0]) or 0.0
         add("progress", "devices GiB", False, rows[0]["t"] - first_dt - t0, 0.0)
         add("progress", "network GiB", True, rows[0]["t"] - first_dt - t0, 0.0)
@@ -265,6 +263,11 @@ def panels(samples: dict[str, list[dict[str, Any]]], t0: float) -> tuple[list[Pa
         for (panel, measure, dashed), points in series.items():
             found[panel].lines.append(Line(host, measure, dashed, _thin(points)))
     return list(found.values()), notes
+
+
+def _add_point(series: dict[tuple[str, str, bool], list[tuple[float, float | None]]], panel: str, measure: str,
+               dashed: bool, x: float, value: float | None) -> None:
+    series.setdefault((panel, measure, dashed), []).append((x, value))
 
 
 # --- drawing -------------------------------------------------------------------------------
@@ -323,6 +326,11 @@ def _fill_rows(canvas: Any, phases: list[tuple[Phase, float, float]], left: floa
     return len(rows_end)
 
 
+def _panel_y(bottom: float, low: float, high: float, value: float) -> float:
+    """A value's y in a panel whose scale runs from low (at bottom) to high, clamped to it."""
+    return bottom - (min(max(value, low), high) - low) / (high - low) * PANEL_H
+
+
 def svg(found: list[Panel], phases: list[Phase], hosts: list[str], t0: float, span: float, ident: str) -> str:
     """The leaf's telemetry as one inline <svg>: a host legend, the phase strip, the panels on
     one time axis with the phases shaded, the axis at the bottom."""
@@ -367,10 +375,7 @@ def svg(found: list[Panel], phases: list[Phase], hosts: list[str], t0: float, sp
         grid = ' stroke-opacity="0.3"'
         for tick in ticks:
             canvas.line(x_of(tick), top, x_of(tick), bottom, "#b0b0b0", 0.6, grid)
-
-        def y_of(value: float) -> float:
-            return bottom - (min(max(value, low), high) - low) / (high - low) * PANEL_H
-
+        y_of = functools.partial(_panel_y, bottom, low, high)
         for value in values:
             canvas.line(left, y_of(value), right, y_of(value), "#b0b0b0", 0.6, grid)
             canvas.line(left - TICK_LEN, y_of(value), left, y_of(value))
@@ -414,10 +419,7 @@ def _host_rows(samples: dict[str, list[dict[str, Any]]], t0: float) -> list[list
         busy = [100 - i - w for c in cpu if (i := _num(c.get("idle"))) is not None and (w := _num(c.get("iowait"))) is not None]
         iowait = [w for c in cpu if (w := _num(c.get("iowait"))) is not None]
         used = [u for s in found if (u := _num(_obj(s.get("mem")).get("used_mib"))) is not None]
-
-        def total(part: str, key: str) -> float:
-            return round(sum(_num(_obj(e).get(key)) or 0 for s in found for e in _obj(s.get(part)).values()) / GIB, 3)
-
+        total = functools.partial(_total_gib, found)
         first = found[0]["t"] - (_dt(found[0]) or 0) - t0
         rows.append([markup.cell(host), markup.cell(len(found)), markup.cell(round(first, 3)),
                      markup.cell(round(found[-1]["t"] - t0, 3)),
@@ -427,6 +429,11 @@ def _host_rows(samples: dict[str, list[dict[str, Any]]], t0: float) -> list[list
                      markup.cell(total("disks", "write_bytes")), markup.cell(total("net", "rx_bytes")),
                      markup.cell(total("net", "tx_bytes"))])
     return rows
+
+
+def _total_gib(found: list[dict[str, Any]], part: str, key: str) -> float:
+    """GiB a host's samples moved through one counter (`disks`' read_bytes, `net`'s rx_bytes)."""
+    return round(sum(_num(_obj(e).get(key)) or 0 for s in found for e in _obj(s.get(part)).values()) / GIB, 3)
 
 
 def _phase_rows(phases: list[Phase], t0: float | None) -> list[list[str]]:
@@ -445,7 +452,7 @@ def _caption(samples: dict[str, list[dict[str, Any]]], phases: bool) -> str:
                " of them." if count > MAX_POINTS else "")
     shading = ("; shaded: the phases of the bottleneck records (telemetry/bottleneck.json), numbered as in the table "
                "below, " + ", ".join(f"{colour_word} {words}" for colour_word, words in
-                                     zip(("red:", "orange:", "blue:", "grey:"), PHASE_WORDS.values()))
+                                     zip(("red:", "orange:", "blue:", "grey:"), PHASE_WORDS.values(), strict=True))
                if phases else "")
     return ("Each client host's telemetry (telemetry/&lt;host&gt;.jsonl), one colour per host, on one time axis"
             f"{shading}. The progress curve is derived from the telemetry (there is no per-second progress file): "

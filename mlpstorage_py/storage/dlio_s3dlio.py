@@ -49,7 +49,7 @@ class S3dlioStorage(DataStorage):
         super().__init__(None)  # no framework-native I/O: every call below goes through s3dlio
         self.namespace = Namespace(namespace, NamespaceType.FLAT)
 
-    def get_uri(self, id: str) -> str:  # noqa: A002 - DLIO's parameter name
+    def get_uri(self, id: str) -> str:  # `id`: DLIO's parameter name
         return id if id.startswith("s3://") else f"s3://{self.namespace.name}/{id.lstrip('/')}"
 
     def create_namespace(self, exist_ok: bool = False) -> bool:
@@ -58,7 +58,7 @@ class S3dlioStorage(DataStorage):
     def get_namespace(self) -> str:
         return self.namespace.name
 
-    def create_node(self, id: str, exist_ok: bool = False) -> bool:  # noqa: A002
+    def create_node(self, id: str, exist_ok: bool = False) -> bool:
         return True  # prefixes exist once an object is written below them
 
     def get_node(self, id: str = "") -> MetadataType | None:  # noqa: A002
@@ -155,7 +155,7 @@ class S3dlioReader(FormatReader):
         super().get_sample(filename, sample_index)
         data = self.open_file_map[filename]
         if self._npz:
-            data[..., sample_index]  # noqa: B018 - the sample is touched as DLIO's NPZ reader does
+            data[..., sample_index]  # the sample touched, as DLIO's NPZ reader does
 
     def next(self):
         yield from super().next()

@@ -56,7 +56,7 @@ def read_text(path: str) -> str:
 
 def cpu_ticks() -> dict[str, int]:
     line = read_text("/proc/stat").split("\n", 1)[0].split()
-    return {name: int(value) for name, value in zip(CPU_FIELDS, line[1:])} if line[:1] == ["cpu"] else {}
+    return {name: int(value) for name, value in zip(CPU_FIELDS, line[1:], strict=False)}  # a kernel may list fewer or more if line[:1] == ["cpu"] else {}
 
 
 def memory() -> dict[str, float]:
@@ -129,7 +129,7 @@ def nfs_counters(text: str | None = None) -> dict[str, dict[str, int]]:
 
 
 def _delta(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    return {k: tuple(a - b for a, b in zip(v, before[k])) if isinstance(v, tuple) else v - before[k]
+    return {k: tuple(a - b for a, b in zip(v, before[k], strict=True)) if isinstance(v, tuple) else v - before[k]
             for k, v in now.items() if k in before}
 
 

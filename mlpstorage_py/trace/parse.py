@@ -48,7 +48,7 @@ class Series:
             self.points.append([self._open[0], self._open[1] / self._open[2]])
             self._open = None
         if len(self.points) >= self.cap:
-            pairs = zip(self.points[0::2], self.points[1::2])
+            pairs = zip(self.points[0::2], self.points[1::2], strict=False)  # an odd last point is dropped
             self.points = [[a[0], (a[1] + b[1]) / 2] for a, b in pairs]
             self.stride *= 2
 
@@ -72,6 +72,11 @@ def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _ints(key: str, parts: int) -> tuple[int, ...]:
     return tuple(int(x) & U64 for x in key.split(",", parts - 1))
+
+
+def _triple(key: str) -> tuple[int, int, int]:
+    first, second, third = _ints(key, 3)
+    return first, second, third
 
 
 def _triple(key: str) -> tuple[int, int, int]:
