@@ -79,11 +79,6 @@ def _triple(key: str) -> tuple[int, int, int]:
     return first, second, third
 
 
-def _triple(key: str) -> tuple[int, int, int]:
-    first, second, third = _ints(key, 3)
-    return first, second, third
-
-
 def _stream_key(key: str) -> tuple[int, int, int, str]:
     """(owner, dev, op, comm) from `owner,dev,op,comm`: the comm is last, and may itself hold commas."""
     owner, dev, op, comm = key.split(",", 3)
