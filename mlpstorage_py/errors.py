@@ -12,7 +12,8 @@ Exit codes (documented in ManPage.md, EXIT STATUS):
      tracefs, no BTF), so nothing was started;
   13 refused: content read from a results tree (a leaf's replay.fio, a history entry) asked to
      run something this tool does not vouch for, so nothing was started;
-  14 stalled: a launched job's ranks made no progress for the stall timeout (--stall-timeout).
+  14 stalled: a launched job's ranks made no progress for the stall timeout (--stall-timeout);
+  15 an object-storage endpoint of the run's list refused or stopped answering during the run.
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ class GateRefused(MlpsError):
 
 class HostUnreachable(MlpsError):
     exit_code = 10
+
+
+class EndpointFailed(MlpsError):
+    """An S3 endpoint of the run's list (--s3-endpoints) refused or stopped answering mid-run."""
+
+    exit_code = 15
 
 
 class NotAvailable(MlpsError):

@@ -38,7 +38,7 @@ class FileDataset:
         """The workload keys that point DLIO at the data."""
         return {"dataset": {"data_folder": str(self.folder)}}
 
-    def check(self) -> None:
+    def check(self, endpoints: tuple[str, ...] = ()) -> None:
         """Nothing to reach: the lifecycle's file-system gates have looked at the directory."""
 
     def is_empty(self) -> bool:
@@ -76,8 +76,9 @@ class ObjectDataset:
         return {"storage": {"storage_type": "s3", "storage_root": self.uri.bucket},
                 "dataset": {"data_folder": self.uri.prefix}}
 
-    def check(self) -> None:
-        s3.check_reachable(self.uri)
+    def check(self, endpoints: tuple[str, ...] = ()) -> None:
+        """The endpoint (every one of a run's list) answers and holds the bucket."""
+        s3.check_reachable(self.uri, endpoints=endpoints)
 
     def _list(self, uri: s3.ObjectUri) -> list[str]:
         # In a child, as every listing the tool makes: s3dlio 0.9.112 holds the GIL through a

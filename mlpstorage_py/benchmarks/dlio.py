@@ -79,7 +79,7 @@ EPOCH_CACHE_FILE = "page_cache_epochs.jsonl"
 
 def command(opts: MpiOptions, processes: int, workload_name: str, *, engine: dlio_engine.Engine,
             s3dlio: bool = False, epoch_cache: bool = False, output: str = LEAF,
-            writer_record: str | None = None) -> list[str]:
+            writer_record: str | None = None, endpoint_args: list[str] | None = None) -> list[str]:
     """The mpirun + DLIO argv, with {leaf}/{scratch} placeholders. Every rank runs the engine's
     DLIO main through benchmarks/dlio_rank.py (abort the job on a rank's exception; record the
     libraries each rank imported in the leaf; optionally the s3dlio plug-ins, a page-cache drop
@@ -87,6 +87,7 @@ def command(opts: MpiOptions, processes: int, workload_name: str, *, engine: dli
     rank = engine.rank_program() + ["--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
     if s3dlio:
         rank.append("--s3dlio")
+    rank += endpoint_args or []
     if epoch_cache:
         rank += ["--epoch-cache", f"{output}/{EPOCH_CACHE_FILE}"]
     if writer_record:

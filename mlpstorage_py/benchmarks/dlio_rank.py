@@ -2,6 +2,8 @@
 
 DLIO's own main, unchanged in what it measures, with these around it:
 - `--s3dlio`: the s3dlio plug-ins (storage/dlio_s3dlio.py) for object storage;
+- `--s3-endpoints URL,... --s3-strategy S`: several endpoints (storage/endpoints.py), for the
+  plug-ins, and as S3_ENDPOINT_URIS for the fork's own s3dlio path (per_rank only);
 - `--epoch-cache FILE`: between epochs, one rank per host drops that host's page cache and rank 0
   appends what every host did to FILE (JSON lines), so epoch 2 reads storage, not the memory
   epoch 1 filled. It runs after an epoch's statistics are closed and before the next opens,
@@ -46,7 +48,7 @@ from typing import Any
 
 from mlpstorage_py.launch import rank_temp
 from mlpstorage_py.telemetry import rank_progress
-from mlpstorage_py.launch.rank_guard import die_with_parent, report_started
+from mlpstorage_py.launch.rank_guard import die_with_parent, env_rank, report_started
 
 _NODE_COMM: Any = None
 # The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort
@@ -171,12 +173,20 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--epoch-cache")
     parser.add_argument("--writer-record")
     parser.add_argument("--libraries")
+    parser.add_argument("--s3-endpoints")
+    parser.add_argument("--s3-strategy", default="per_rank")
     opts = parser.parse_args(argv[:split])
     sys.argv = ["dlio_benchmark", *argv[split + 1:]]
+    endpoints = None
+    if opts.s3_endpoints:
+        from mlpstorage_py.storage.endpoints import ENV_LIST, from_rank_args
+
+        endpoints = from_rank_args(opts.s3_endpoints, opts.s3_strategy)
+        os.environ[ENV_LIST] = ",".join(endpoints.urls)  # the fork's own s3dlio path: rank mod n
     if opts.s3dlio:
         from mlpstorage_py.storage import dlio_s3dlio
 
-        dlio_s3dlio.install()
+        dlio_s3dlio.install(endpoints, env_rank())
     if opts.epoch_cache:
         install_epoch_drop(opts.epoch_cache)
     rank = -1

@@ -11,6 +11,7 @@ from mlpstorage_py.checker import rules_common, rules_training, rules_structure,
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
+from mlpstorage_py.checker import rules_endpoints
 from mlpstorage_py.results.tree import shares
 from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.results.tree.untrusted import shown
@@ -20,7 +21,7 @@ from mlpstorage_py.rules.tables import rule_index
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).
 RULE_MODULES = (rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing,
                 rules_checkpointing_run, rules_vdb, rules_vdb_backends, rules_kvcache, rules_kvcache_workload,
-                rules_kvcache_aggregate, rules_kvcache_storage, rules_telemetry)
+                rules_kvcache_aggregate, rules_kvcache_storage, rules_telemetry, rules_endpoints)
 calibrations.install(RULES)  # the table's `match` calibrations recalibrate those rules' findings as made
 
 

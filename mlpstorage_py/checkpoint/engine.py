@@ -30,19 +30,20 @@ import socket
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from mlpstorage_py import __version__
 from mlpstorage_py.checkpoint.shards import Layout, ShardFile, build_layout
-from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.host import meminfo_bytes
 from mlpstorage_py.storage import Store, drop_page_cache
 from mlpstorage_py.storage.posix import DROP_BEHIND, PosixStore
 from mlpstorage_py.storage.s3 import S3Store, is_object_uri, library
+from mlpstorage_py.telemetry import rank_progress
 
 # The launcher that started this rank, read before anything can outlive it (rank_guard).
 _PARENT = os.getppid()
@@ -104,6 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--o-direct", action="store_true",
                         help="O_DIRECT writes and reads (bypass the page cache; files only; an OPEN option)")
     parser.add_argument("--libraries", help="directory where each rank records the libraries it imported, when done")
+    parser.add_argument("--s3-endpoints", help="several S3 endpoints of the object store, comma-separated (storage/endpoints.py)")
+    parser.add_argument("--s3-strategy", default="per_rank", help="how requests spread over --s3-endpoints")
     opts = parser.parse_args(argv)
     if opts.num_write < 0 or opts.num_read < 0 or opts.num_write + opts.num_read == 0:
         parser.error("--num-write and --num-read must be >= 0 and not both 0")
@@ -117,6 +120,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if opts.o_direct and is_object_uri(opts.checkpoint_folder):
         parser.error("--o-direct applies to files, not to an s3:// checkpoint folder")
     if not is_object_uri(opts.checkpoint_folder):
+        if opts.s3_endpoints:
+            parser.error("--s3-endpoints applies to an s3:// checkpoint folder")
         opts.checkpoint_folder = str(Path(opts.checkpoint_folder).resolve())
     opts.output_dir = opts.output_dir.resolve()
     return opts
@@ -247,6 +252,11 @@ class Engine:
             seen.setdefault(host[0], host)
         return list(seen.values())
 
+    def through(self) -> str:
+        """Where a failed request went, for its error line: this rank's endpoint (per_rank)."""
+        url = getattr(getattr(self.store, "io", None), "url", None)
+        return f" through endpoint {url}" if url else ""
+
     def ckpt_path(self, number: int, name: str = "") -> str:
         return self.store.join(self.opts.checkpoint_folder, f"ckpt_{number}", name)
 
@@ -290,7 +300,7 @@ class Engine:
                         result = self.store.write(path, f.nbytes, block_size=block, fsync=self.fsync)
                         stored = self.store.size(path)
                     except OSError as exc:
-                        raise EngineError(f"rank {self.rank}: writing {path} failed: {exc.strerror or exc}") from None
+                        raise EngineError(f"rank {self.rank}: writing {path}{self.through()} failed: {exc.strerror or exc}") from None
                     if stored != f.nbytes:
                         raise EngineError(f"rank {self.rank}: {path} holds {stored} bytes after the write, "
                                           f"the layout says {f.nbytes}")
@@ -385,7 +395,7 @@ class Engine:
                     try:
                         got = self.store.read(path, block_size=block)
                     except OSError as exc:
-                        raise EngineError(f"rank {self.rank}: reading {path} failed: {exc.strerror or exc}") from None
+                        raise EngineError(f"rank {self.rank}: reading {path}{self.through()} failed: {exc.strerror or exc}") from None
                     if got != f.nbytes:
                         raise EngineError(f"rank {self.rank}: read {got} bytes of {path}, the layout says {f.nbytes}")
                     self.record.bytes_read += got
@@ -509,7 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     from mlpstorage_py.launch.rank_guard import report_started
 
     report_started(MPI.COMM_WORLD.Get_rank())
-    store = S3Store() if is_object_uri(opts.checkpoint_folder) else PosixStore(direct=opts.o_direct)
+    store: Store = PosixStore(direct=opts.o_direct)
+    if is_object_uri(opts.checkpoint_folder):
+        from mlpstorage_py.storage.endpoints import from_rank_args
+        from mlpstorage_py.storage.multi import ObjectIO
+
+        endpoints = from_rank_args(opts.s3_endpoints, opts.s3_strategy) if opts.s3_endpoints else None
+        store = S3Store(ObjectIO(endpoints, MPI.COMM_WORLD.Get_rank()))
     engine = Engine(MPI.COMM_WORLD, opts, store)
     try:
         engine.run()

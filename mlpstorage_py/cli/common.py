@@ -150,6 +150,19 @@ def add_storage(parser: argparse.ArgumentParser) -> None:
                         help="record the filesystem probe but do not refuse a shared filesystem")
 
 
+def add_endpoints(parser: argparse.ArgumentParser) -> None:
+    """Several S3 endpoints for an `object` run (storage/endpoints.py)."""
+    group = parser.add_argument_group("object endpoints")
+    group.add_argument("--s3-endpoints", nargs="+", action="extend", metavar="URL",
+                       help="S3 endpoints (gateways) of one object store, http(s)://host[:port], space- or "
+                            "comma-separated (else --s3-endpoints-file, else S3_ENDPOINT_URIS, else S3_ENDPOINT_FILE; "
+                            "none: AWS_ENDPOINT_URL alone)")
+    group.add_argument("--s3-endpoints-file", metavar="PATH", help="a file of endpoint URLs, one a line (# comments)")
+    group.add_argument("--s3-endpoint-strategy", choices=["per_rank", "round_robin", "least_connections"],
+                       help="per_rank: rank i uses endpoint i mod n (default); round_robin, least_connections: "
+                            "s3dlio's MultiEndpointStore chooses per request (else S3_LOAD_BALANCE_STRATEGY)")
+
+
 def command_parser(subparsers: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(command=name)

@@ -48,9 +48,23 @@ class RankState:
     last_advance: float = 0.0
     history: deque = field(default_factory=lambda: deque(maxlen=64))  # (time, bytes, units)
     parts: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pid -> its (read, written, units)
+    # pid -> {endpoint URL: (read, written, requests, failed)}: an object run across several endpoints
+    endpoint_parts: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
     def moved(self) -> int:
         return self.read + self.written
+
+
+def _endpoint_figures(value: Any) -> dict[str, tuple[int, ...]]:
+    """A line's `endpoints` field: URL -> four whole numbers (anything else is dropped)."""
+    if not isinstance(value, dict):
+        return {}
+    found = {}
+    for url, figures in list(value.items())[:64]:
+        if isinstance(url, str) and isinstance(figures, list) and len(figures) == 4 and \
+                all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in figures):
+            found[url[:256]] = tuple(figures)
+    return found
 
 
 def _host_file(host: str) -> str:
@@ -105,6 +119,9 @@ class Watch:
                 state = self.states[rank] = RankState(rank, str(record.get("host") or "?"), last_advance=now)
             before = (state.read, state.written, state.units)
             state.parts[str(record.get("pid"))] = figures
+            endpoints = _endpoint_figures(record.get("endpoints"))
+            if endpoints:
+                state.endpoint_parts[str(record.get("pid"))] = endpoints
             state.read, state.written, state.units = (sum(p[i] for p in state.parts.values()) for i in range(3))
             worker = bool(record.get("worker"))
             if not worker:
@@ -136,6 +153,22 @@ class Watch:
                 out = self._files[host] = open(self.telemetry_dir / _host_file(host), "a", encoding="utf-8")
             out.write(json.dumps(record, separators=(",", ":")) + "\n")
             out.flush()
+
+    def endpoint_totals(self) -> dict[str, dict[str, Any]]:
+        """Per object endpoint, what the ranks' processes completed there: bytes read and
+        written, requests, failed requests, and the ranks that used it."""
+        totals: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for state in sorted(self.states.values(), key=lambda s: s.rank):
+                for figures in state.endpoint_parts.values():
+                    for url, values in figures.items():
+                        entry = totals.setdefault(url, {"read_bytes": 0, "written_bytes": 0, "requests": 0,
+                                                        "failed_requests": 0, "ranks": []})
+                        for key, value in zip(("read_bytes", "written_bytes", "requests", "failed_requests"), values):
+                            entry[key] += value
+                        if values[2] and state.rank not in entry["ranks"]:
+                            entry["ranks"].append(state.rank)
+        return totals
 
     def close(self) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ import os
 from typing import Any
 
 import numpy as np
-import s3dlio
+import s3dlio  # noqa: F401 - imported by every rank, so its version is recorded (EDN-05)
 from dlio_benchmark.common.enumerations import Compression, FormatType, MetadataType, NamespaceType, StorageType
 from dlio_benchmark.data_generator.data_generator import DataGenerator
 from dlio_benchmark.data_generator.generator_factory import GeneratorFactory
@@ -35,6 +35,8 @@ from dlio_benchmark.utils.config import ConfigArguments
 from dlio_benchmark.utils.utility import progress
 from PIL import Image
 
+from mlpstorage_py.storage.endpoints import Endpoints
+from mlpstorage_py.storage.multi import ObjectIO
 from mlpstorage_py.storage.s3 import call_in_child as _in_child
 from mlpstorage_py.telemetry import rank_progress
 
@@ -61,13 +63,13 @@ class S3dlioStorage(DataStorage):
     def create_node(self, id: str, exist_ok: bool = False) -> bool:
         return True  # prefixes exist once an object is written below them
 
-    def get_node(self, id: str = "") -> MetadataType | None:  # noqa: A002
+    def get_node(self, id: str = "") -> MetadataType | None:
         uri = self.get_uri(id).rstrip("/")
         if _in_child("exists", uri):
             return MetadataType.FILE
         return MetadataType.DIRECTORY if _in_child("list", uri + "/", False) else None
 
-    def walk_node(self, id: str, use_pattern: bool = False) -> list[str]:  # noqa: A002
+    def walk_node(self, id: str, use_pattern: bool = False) -> list[str]:
         """Names directly below a prefix, or the URIs matching a glob (DLIO's subfolder layout)."""
         uri = self.get_uri(id)
         if not use_pattern:
@@ -75,21 +77,21 @@ class S3dlioStorage(DataStorage):
         base = uri[:uri.index("*")].rsplit("/", 1)[0] + "/"
         return [u for u in _in_child("list", base, True) if fnmatch.fnmatchcase(u, uri)]
 
-    def delete_node(self, id: str) -> bool:  # noqa: A002
+    def delete_node(self, id: str) -> bool:
         _in_child("delete", self.get_uri(id).rstrip("/") + "/", True)
         return True
 
-    def put_data(self, id: str, data: Any, offset: int | None = None, length: int | None = None) -> None:  # noqa: A002
+    def put_data(self, id: str, data: Any, offset: int | None = None, length: int | None = None) -> None:
         body = data.encode() if isinstance(data, str) else data
-        s3dlio.put_bytes(self.get_uri(id), body)
+        _IO.put(self.get_uri(id), body)
         rank_progress.count(1, "objects", written=len(body))  # socket I/O: /proc/<pid>/io does not see it
 
-    def get_data(self, id: str, data: Any = None, offset: int | None = None, length: int | None = None) -> bytes:  # noqa: A002
-        body = s3dlio.get(self.get_uri(id)).to_bytes()
+    def get_data(self, id: str, data: Any = None, offset: int | None = None, length: int | None = None) -> bytes:
+        body = bytes(_IO.get(self.get_uri(id)))
         rank_progress.count(1, "objects", read=len(body))
         return body
 
-    def get_basename(self, id: str) -> str:  # noqa: A002
+    def get_basename(self, id: str) -> str:
         return os.path.basename(id)
 
 
@@ -105,7 +107,7 @@ class _ObjectGenerator(DataGenerator):
         dim = self.get_dimension(self.total_files_to_generate)
         total = int(self.total_files_to_generate)
         for i in range(self.my_rank, total, self.comm_size):
-            s3dlio.put_bytes(self.storage.get_uri(self._file_list[i]), self.encode(int(dim[2 * i]), int(dim[2 * i + 1])))
+            _IO.put(self.storage.get_uri(self._file_list[i]), self.encode(int(dim[2 * i]), int(dim[2 * i + 1])))
             progress(i + 1, total, f"Generating {self.format} objects")
         np.random.seed()
 
@@ -143,7 +145,7 @@ class S3dlioReader(FormatReader):
 
     def open(self, filename: str) -> np.ndarray:
         super().open(filename)
-        body = s3dlio.get(object_uri(filename)).memoryview()
+        body = _IO.get(object_uri(filename))
         rank_progress.count(1, "objects", read=len(body))  # in a reader worker: sent as the worker's own line
         data = io.BytesIO(body)
         return np.load(data)["x"] if self._npz else np.asarray(Image.open(data))
@@ -173,6 +175,7 @@ class S3dlioReader(FormatReader):
         return True
 
 
+_IO = ObjectIO(None, 0)  # this rank's object I/O (install)
 _dlio_storage = StorageFactory.get_storage
 _dlio_generator = GeneratorFactory.get_generator
 
@@ -193,7 +196,11 @@ def _generator(format_type: FormatType) -> DataGenerator:
     raise ValueError(f"object-storage datagen supports npz, jpeg and png, not {format_type}")
 
 
-def install() -> None:
-    """Route DLIO's storage and generator factories through s3dlio for `storage_type: s3`."""
+def install(endpoints: Endpoints | None = None, rank: int = 0) -> None:
+    """Route DLIO's storage and generator factories through s3dlio for `storage_type: s3`, over
+    the run's endpoints where it has several (storage/multi.py; `rank` picks a per_rank endpoint)."""
+    global _IO
+    _IO = ObjectIO(endpoints, rank)
+    _IO.point()  # the rank's listings (in child processes) go to its endpoint too
     StorageFactory.get_storage = staticmethod(_storage)
     GeneratorFactory.get_generator = staticmethod(_generator)

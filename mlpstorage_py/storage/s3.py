@@ -16,12 +16,15 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 from urllib.parse import urlparse
 
 from mlpstorage_py.errors import ConfigurationError, TimeoutExpired, UsageError
 from mlpstorage_py.rules.tables import storage_env
 from mlpstorage_py.storage import WriteResult, check_block
+
+if TYPE_CHECKING:
+    from mlpstorage_py.storage.multi import ObjectIO
 
 SCHEME = "s3://"
 # S3 bucket naming rules: 3-63 lowercase letters, digits, dots and hyphens.
@@ -103,14 +106,19 @@ def _as_oserror(call: Callable[..., T], *args: Any) -> T:
 
 
 class S3Store:
-    """Store implementation over s3:// URIs: multipart PUTs of stamped blocks, ranged GETs."""
+    """Store implementation over s3:// URIs: multipart PUTs of stamped blocks, ranged GETs.
+    With several endpoints (storage/multi.py), data requests go where the strategy sends them and
+    are counted per endpoint; a balanced strategy PUTs each object whole (s3dlio's store has no
+    streaming writer)."""
 
     cached_locally = False  # reads go over the network; no host page cache sits in between
 
-    def __init__(self) -> None:
+    def __init__(self, io: ObjectIO | None = None) -> None:
         from mlpstorage_py.storage.buffers import BlockBuffers  # numpy: only where bytes move
+        from mlpstorage_py.storage.multi import ObjectIO
 
-        self._s3 = _s3dlio()
+        self.io = io or ObjectIO(None, 0)
+        self._s3 = self.io.s3dlio() if io is not None else _s3dlio()
         self._buffers = BlockBuffers()
 
     def write(self, path: str, nbytes: int, *, block_size: int, fsync: bool) -> WriteResult:
@@ -119,17 +127,28 @@ class S3Store:
         check_block(block_size)
         if nbytes < 0:
             raise ValueError(f"cannot write a negative size ({nbytes}) to {path}")
-        if nbytes == 0:
-            _as_oserror(self._s3.put_bytes, path, b"")
-            return WriteResult(0, 0)
-        writer = _as_oserror(self._s3.create_s3_writer, path, self._s3.PyWriterOptions())
-        done = 0
-        while done < nbytes:
-            chunk = min(block_size, nbytes - done)
-            _as_oserror(writer.write_chunk, self._buffers.next_block(block_size)[:chunk])
-            done += chunk
-        _as_oserror(writer.finalize)
-        return WriteResult(done, 0)
+        if nbytes == 0 or self.io.balanced:
+            _as_oserror(self.io.put, path, self._whole(nbytes, block_size))
+            return WriteResult(nbytes, 0)
+        def stream() -> None:
+            writer = self._s3.create_s3_writer(path, self._s3.PyWriterOptions())
+            done = 0
+            while done < nbytes:
+                chunk = min(block_size, nbytes - done)
+                writer.write_chunk(self._buffers.next_block(block_size)[:chunk])
+                done += chunk
+            writer.finalize()
+
+        _as_oserror(self.io.streamed, stream, nbytes)  # counted once the object is complete
+        return WriteResult(nbytes, 0)
+
+    def _whole(self, nbytes: int, block_size: int) -> bytes:
+        """The object in memory, built of stamped blocks as a streamed one is."""
+        whole = bytearray(nbytes)
+        for start in range(0, nbytes, block_size):
+            chunk = min(block_size, nbytes - start)
+            whole[start:start + chunk] = self._buffers.next_block(block_size)[:chunk]
+        return bytes(whole)  # s3dlio takes bytes only
 
     def read(self, path: str, *, block_size: int) -> int:
         """Ranged GETs of ``block_size`` over the whole object; returns the bytes received."""
@@ -137,7 +156,7 @@ class S3Store:
         size = self.size(path)
         total = 0
         while total < size:
-            got = len(_as_oserror(self._s3.get_range, path, total, min(block_size, size - total)))
+            got = len(_as_oserror(self.io.get_range, path, total, min(block_size, size - total)))
             if got == 0:
                 break
             total += got
@@ -166,7 +185,7 @@ class S3Store:
         """Nothing to evict: object reads do not pass through this host's page cache."""
 
 
-def call_in_child(function: str, *args: Any, timeout: float | None = None) -> Any:
+def call_in_child(function: str, *args: Any, timeout: float | None = None, endpoint: str | None = None) -> Any:
     """s3dlio.<function>(*args) with JSON-able arguments and result, run in a child process.
 
     A process that has started s3dlio's I/O runtime hangs in its first request after a fork, so
@@ -174,39 +193,56 @@ def call_in_child(function: str, *args: Any, timeout: float | None = None) -> An
     keep s3dlio out; the child also reads the endpoint afresh and can be killed at ``timeout``.
     s3dlio 0.9.112's list() and stat() also hold the GIL until the answer comes, stalling every
     other thread of the caller meanwhile (an endpoint served in-process, as in the tests, never
-    answers). Raises RuntimeError with s3dlio's message, or subprocess.TimeoutExpired."""
+    answers). ``endpoint``: this URL instead of AWS_ENDPOINT_URL. Raises RuntimeError with
+    s3dlio's message, or subprocess.TimeoutExpired."""
+    env = None if endpoint is None else {**os.environ, "AWS_ENDPOINT_URL": endpoint}
     done = subprocess.run([sys.executable, "-c", _CHILD_CALL, function, json.dumps(args)],
-                          capture_output=True, text=True, check=False, timeout=timeout)
+                          capture_output=True, text=True, check=False, timeout=timeout, env=env)
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
         raise RuntimeError(lines[-1].removeprefix("RuntimeError: "))  # s3dlio's message, as in-process
     return json.loads(done.stdout)
 
 
-def check_reachable(uri: ObjectUri, timeout: float = REACH_TIMEOUT_S) -> None:
-    """Before any timed work: the endpoint answers and the bucket exists, or a one-line error
-    (a refused connection and a missing bucket are configuration errors; silence past
-    ``timeout`` is a timeout, never a hang)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
-    if endpoint:
+def check_reachable(uri: ObjectUri, timeout: float = REACH_TIMEOUT_S, endpoints: tuple[str, ...] = ()) -> None:
+    """Before any timed work: the endpoint (each of ``endpoints``, all at once) answers and the
+    bucket exists there, or a one-line error naming it (a refused connection and a missing bucket
+    are configuration errors; silence past ``timeout`` is a timeout, never a hang)."""
+    if endpoints:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
+            failures = [f for f in pool.map(lambda url: _reach_error(uri, timeout, url), endpoints) if f]
+        if failures:
+            raise failures[0]
+        return
+    error = _reach_error(uri, timeout, None)
+    if error is not None:
+        raise error
+
+
+def _reach_error(uri: ObjectUri, timeout: float, endpoint_url: str | None) -> Exception | None:
+    """Why ``uri`` cannot be listed through the endpoint (AWS_ENDPOINT_URL where None), or None."""
+    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
+    if endpoint and endpoint_url is None:
         parsed = urlparse(endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ConfigurationError(f"AWS_ENDPOINT_URL {endpoint!r} is not an http(s)://host[:port] URL")
+            return ConfigurationError(f"AWS_ENDPOINT_URL {endpoint!r} is not an http(s)://host[:port] URL")
     where = endpoint or "the default AWS endpoint"
     _require_installed()
     try:
-        call_in_child("list", uri.folder, False, timeout=timeout)
-        return
+        call_in_child("list", uri.folder, False, timeout=timeout, endpoint=endpoint_url)
+        return None
     except subprocess.TimeoutExpired:
-        raise TimeoutExpired(f"the S3 endpoint {where} did not answer a listing of {uri.folder} within {timeout:.0f} s") from None
+        return TimeoutExpired(f"the S3 endpoint {where} did not answer a listing of {uri.folder} within {timeout:.0f} s")
     except RuntimeError as exc:
         text = str(exc)
     if "NoSuchBucket" in text or "bucket does not exist" in text:
-        raise ConfigurationError(f"bucket {uri.bucket!r} does not exist at {where}; create it first")
+        return ConfigurationError(f"bucket {uri.bucket!r} does not exist at {where}; create it first")
     if "AccessDenied" in text or "InvalidAccessKeyId" in text or "SignatureDoesNotMatch" in text:
-        raise ConfigurationError(f"the S3 endpoint {where} refused the credentials for bucket {uri.bucket!r} "
-                                 "(check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
-    raise ConfigurationError(f"cannot reach the S3 endpoint {where} for {uri.folder}: {text.splitlines()[0][:200]}")
+        return ConfigurationError(f"the S3 endpoint {where} refused the credentials for bucket {uri.bucket!r} "
+                                  "(check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)")
+    return ConfigurationError(f"cannot reach the S3 endpoint {where} for {uri.folder}: {text.splitlines()[0][:200]}")
 
 
 def environment_record(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ Bytes are the characters the rank's processes (it and every process it started: 
 workers) passed to read and write calls (/proc/<pid>/io rchar and wchar), less what this
 reporter itself read from /proc and wrote as its lines: I/O the engine did, from storage or the
 page cache, and nothing else. `units` counts what an engine of ours says it finished (files,
-checkpoint shards, requests, queries). The watcher (launch/watch.py) judges the job by these
+checkpoint shards, requests, queries). An object run across several endpoints adds `endpoints`:
+per endpoint URL, [bytes read, bytes written, requests, failed requests] its processes completed
+there (storage/multi.py sets them), so the leaf's per-endpoint figures are what the ranks did. The watcher (launch/watch.py) judges the job by these
 figures: a job that keeps moving bytes or units is never stopped for being slow.
 
 A thread of the rank, so it starts and ends with the rank on every path, on every host; it uses
@@ -25,7 +27,8 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from mlpstorage_py.telemetry.sample import Counted, Sampler, read_text
 
@@ -142,7 +145,7 @@ class Reporter:
         with self._lock:
             return {"rank": self.rank, "host": self.host, "pid": self.pid, "read": read, "written": written,
                     "units": self.units, "unit": self.unit, "phase": self.phase, "done": self.done,
-                    "paused": self.paused}
+                    "paused": self.paused, **_endpoint_field()}
 
     def _emit(self, tag: str, record: dict[str, Any]) -> None:
         data = f"{tag} {json.dumps(record, separators=(',', ':'))}\n".encode()
@@ -167,7 +170,7 @@ class Reporter:
             due = next_progress if self._sampler is None else min(next_progress, next_sample)
             self._stop.wait(max(0.01, due - time.monotonic()))
 
-    def start(self) -> "Reporter":
+    def start(self) -> Reporter:
         self._thread.start()
         atexit.register(self.finish)
         return self
@@ -226,8 +229,60 @@ def count(units: int = 0, unit: str | None = None, *, read: int = 0, written: in
     if now - _Forked.said >= _REPORTER.every_s:
         _Forked.said = now
         record = {"rank": _REPORTER.rank, "host": _REPORTER.host, "pid": os.getpid(), "read": _Forked.read,
-                  "written": _Forked.written, "units": _Forked.units, "unit": unit or "", "worker": True}
+                  "written": _Forked.written, "units": _Forked.units, "unit": unit or "", "worker": True,
+                  **_endpoint_field()}
         try:
             os.write(1, f"{PROGRESS_TAG} {json.dumps(record, separators=(',', ':'))}\n".encode())
         except OSError:
             pass
+
+
+# This process's figures per object endpoint: URL -> [read, written, requests, failed requests],
+# each the running total of what completed (set whole by storage/multi.py after every request).
+_ENDPOINTS: dict[str, list[int]] = {}
+_ENDPOINTS_PID = 0
+
+
+def set_endpoints(figures: dict[str, list[int]]) -> None:
+    """This process's running totals per endpoint; its next progress line carries them. In a
+    process forked from a rank, a line goes out as count() sends one (every few seconds)."""
+    global _ENDPOINTS, _ENDPOINTS_PID
+    first = _ENDPOINTS_PID != os.getpid()
+    _ENDPOINTS, _ENDPOINTS_PID = {url: list(v) for url, v in figures.items()}, os.getpid()
+    if current() is None and _REPORTER is not None:
+        if first:
+            _flush_at_end()
+        count(0)
+
+
+def _flush_at_end() -> None:
+    """A reader worker's last figures go out however it ends: through multiprocessing's
+    finalizers when it returns, or at the SIGTERM that ends a daemonic worker (a persistent
+    PyTorch worker when its rank exits), then the signal's own course."""
+    import multiprocessing.util
+    import signal
+
+    multiprocessing.util.Finalize(None, flush_forked, exitpriority=10)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    before = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        flush_forked()
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _endpoint_field() -> dict[str, Any]:
+    """The `endpoints` field of this process's line (none before an object endpoint was used;
+    a forked process does not send its parent's)."""
+    return {"endpoints": _ENDPOINTS} if _ENDPOINTS and _ENDPOINTS_PID == os.getpid() else {}
+
+
+def flush_forked() -> None:
+    """A process forked from a rank says its figures now (it is about to end)."""
+    if _REPORTER is not None and current() is None:
+        _Forked.said = 0.0
+        count(0)
