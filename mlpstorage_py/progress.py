@@ -13,15 +13,16 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, TextIO
 
 PLAIN_EVERY_S = 10.0
-_OPEN: list["Progress"] = []  # the phases shown now, innermost last (one live display at a time)
+_OPEN: list[Progress] = []  # the phases shown now, innermost last (one live display at a time)
 
 
-def active() -> "Progress | None":
+def active() -> Progress | None:
     """The innermost phase being shown now, if any: a job inside it shows its rates there."""
     return _OPEN[-1] if _OPEN else None
 
@@ -55,8 +56,8 @@ class Progress:
         _OPEN.append(self)
         console = console if console is not None else (_console(self.stream) if _is_tty(self.stream) else None)
         if console is not None and console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
 
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn(unit), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -116,7 +117,7 @@ class Progress:
             elif self.lines:  # a phase that printed while running says it ended
                 self._line(" (done)" if not self.total or self.done >= self.total else " (stopped)")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: Any) -> None:

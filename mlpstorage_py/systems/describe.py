@@ -17,16 +17,22 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.results.tree.package import Leaf, Package
+from mlpstorage_py.checker.system_schema import unfilled_fields
 from mlpstorage_py.errors import ConfigurationError, NotFoundError
+from mlpstorage_py.results import host_sidecar
+from mlpstorage_py.results.host_profile import (
+    KERNEL_SYSCTL,
+    PLACEHOLDER,
+    client_profile,
+    host_records,
+    is_boot_drive,
+    knows_boot_drive,
+)
 from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.links import make_dirs
-from mlpstorage_py.rules.tables import system_description
-from mlpstorage_py.results import host_sidecar
-from mlpstorage_py.results.host_profile import (KERNEL_SYSCTL, PLACEHOLDER, client_profile, host_records, is_boot_drive,
-                                                 knows_boot_drive)
-from mlpstorage_py.checker.system_schema import unfilled_fields
 from mlpstorage_py.results.tree import fast_yaml
+from mlpstorage_py.results.tree.package import Leaf, Package
+from mlpstorage_py.rules.tables import system_description
 from mlpstorage_py.systems import hardware
 
 ONPREM_ONLY = "onprem only: delete it for a cloud deployment"
@@ -61,7 +67,7 @@ class Key(str):
 
     comment: str
 
-    def __new__(cls, key: str, comment: str) -> "Key":
+    def __new__(cls, key: str, comment: str) -> Key:
         made = super().__new__(cls, key)
         made.comment = comment
         return made

@@ -15,8 +15,8 @@ bytes) may not exceed what the trace itself distils to by more than SLACK.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from mlpstorage_py.errors import Refused
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from mlpstorage_py.trace.devices import mounts
 

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -178,7 +179,7 @@ def paced(metadata: dict[str, Any] | None) -> bool:
     return metadata.get("command") in paced_workloads().get(str(metadata.get("benchmark_type")), [])
 
 
-def rates(part: "Part", read: dict[str, Any] | None, write: dict[str, Any] | None) -> dict[str, int]:
+def rates(part: Part, read: dict[str, Any] | None, write: dict[str, Any] | None) -> dict[str, int]:
     """Bytes per second each direction of a part was issued at over its own window (none for a
     direction without a window of some length)."""
     found = {}

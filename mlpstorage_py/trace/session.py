@@ -25,12 +25,13 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
-from mlpstorage_py.errors import TraceUnavailable, TimeoutExpired
-from mlpstorage_py.launch.hostnames import host_name, is_local
+from mlpstorage_py.errors import TimeoutExpired, TraceUnavailable
 from mlpstorage_py.launch import heartbeat
+from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import remote_shell as mpi_remote_shell
 from mlpstorage_py.results.io_trace import SCHEMA
 from mlpstorage_py.results.logs import log
@@ -238,7 +239,7 @@ class TraceSession:
         self._started = self._stopped = 0.0
         self._record: dict[str, Any] | None = None
 
-    def __enter__(self) -> "TraceSession":
+    def __enter__(self) -> TraceSession:
         """Start one bpftrace per host and wait (ATTACH_DEADLINE_S, else TimeoutExpired) until
         each has attached every probe; on any failure, stop those started and raise."""
         survey = _survey(self.hosts, self.data_paths, self.shell)
