@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mlpstorage_py import checker
-from mlpstorage_py.checker import runner
 from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Finding, Rule
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.kv import partial_failure

@@ -32,7 +32,6 @@ from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.results.tree.package import PRIVATE_DIR, Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
-from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
