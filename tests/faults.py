@@ -102,8 +102,9 @@ def startup_guard(ranks: int = 2, hosts: int = 1) -> float:
     allowance for that many ranks and hosts (past which the run fails by itself, exit 11), and a
     minute for mlpstorage's own start and gates before the launch."""
     from mlpstorage_py.launch import deadline
+    from mlpstorage_py.launch.options import LaunchOptions
 
-    return deadline.startup({}, [f"h{i % hosts}" for i in range(ranks)]).allowance_s + 60
+    return deadline.startup(LaunchOptions(), [f"h{i % hosts}" for i in range(ranks)]).allowance_s + 60
 
 
 def work_phase_at(leaf: Path) -> float:

@@ -243,10 +243,11 @@ def kv_command(leaf_dir: str, stamp: str, option: str, trial: int, args: list[st
 
 def write_kv_cache(ctx: Context) -> None:
     from mlpstorage_py.benchmarks import kvcache
+    from mlpstorage_py.benchmarks.options import KVCacheOptions
     from mlpstorage_py.results.kv import KvSummary
 
     table = kvcache.option_table()
-    parameters = kvcache.resolve_parameters(ctx.division, {}, table)
+    parameters = kvcache.resolve_parameters(ctx.division, KVCacheOptions(), table)
     sequence, glob = parameters["sequence"], parameters["global"]
     trials, total = sequence["trials"], KV_RANKS
     per_option = {key: kvcache.kv_cache_args(option, glob, None) for key, option in parameters["options"].items()}

@@ -19,6 +19,7 @@ import synthetic_families
 from conftest import REALDATA, all_leaves
 from mlpstorage_py import checker
 from mlpstorage_py.benchmarks import kvcache
+from mlpstorage_py.benchmarks.options import KVCacheOptions
 from mlpstorage_py.checker import rules_kvcache as rk
 from mlpstorage_py.results.kv import FAMILY as KV_FAMILY
 from mlpstorage_py.checker import rules_kvcache_aggregate as rka
@@ -83,7 +84,7 @@ def test_the_fresh_kv_leaf_holds_every_rank_file_and_agrees_with_the_tool():
         assert summary["options"][option]["aggregated_device_write_p95_ms"] == values.device_write
     # the plan is the tool's own CLOSED plan (Table KVCache-1 and the sequence locks)
     planned = json.loads(metadata_file(leaf).read_text())["parameters"]
-    assert planned == kvcache.resolve_parameters("closed", {}, kvcache.option_table())
+    assert planned == kvcache.resolve_parameters("closed", KVCacheOptions(), kvcache.option_table())
 
 
 # --- one mutation per rule -----------------------------------------------------------------

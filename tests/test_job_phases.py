@@ -13,6 +13,7 @@ import pytest
 from mlpstorage_py.errors import StartupExpired, TimeoutExpired
 from mlpstorage_py.launch import deadline, heartbeat, rank_guard
 from mlpstorage_py.launch.job import Job, run_job
+from mlpstorage_py.launch.options import LaunchOptions
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "kv_cache_benchmark"))
 
@@ -108,12 +109,13 @@ def test_a_job_that_fails_before_every_rank_started_is_a_failure_not_a_start_up_
 
 def test_the_allowance_grows_with_hosts_and_ranks_and_the_flag_replaces_it():
     s = deadline.settings()
-    one = deadline.startup({}, ["h1", "h1"])
-    many = deadline.startup({}, [f"h{i // 8}" for i in range(64 * 8)])
+    none = LaunchOptions()
+    one = deadline.startup(none, ["h1", "h1"])
+    many = deadline.startup(none, [f"h{i // 8}" for i in range(64 * 8)])
     assert one.allowance_s == s["startup_s"] + s["startup_per_host_s"] + 2 * s["startup_per_rank_s"]
     assert many.allowance_s == s["startup_s"] + 64 * s["startup_per_host_s"] + 512 * s["startup_per_rank_s"]
-    assert deadline.startup({"startup_allowance": 7.5}, ["h1"] * 4).allowance_s == 7.5
-    assert deadline.rank_startup({"hosts": ["a", "b"]}, 3).placement == ("a", "a", "b")
+    assert deadline.startup(LaunchOptions(startup_allowance=7.5), ["h1"] * 4).allowance_s == 7.5
+    assert deadline.rank_startup(LaunchOptions(hosts=("a", "b")), 3).placement == ("a", "a", "b")
     # The work deadline no longer holds the start-up: finish + per host + safety x work.
-    assert deadline.job_deadline({}, 2, busy_s=10) == s["finish_s"] + 2 * s["per_host_s"] + s["safety_factor"] * 10
-    assert deadline.job_deadline({"deadline": 9}, 2, busy_s=10) == 9
+    assert deadline.job_deadline(none, 2, busy_s=10) == s["finish_s"] + 2 * s["per_host_s"] + s["safety_factor"] * 10
+    assert deadline.job_deadline(LaunchOptions(deadline=9), 2, busy_s=10) == 9

@@ -17,6 +17,8 @@ from conftest import all_leaves
 
 from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import kvcache
+from mlpstorage_py.benchmarks.options import KVCacheOptions
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.launch import job
 
@@ -76,7 +78,7 @@ def test_closed_plan_is_table_kvcache_1(cli):
     res = cli("whatif", "kvcache", "run", "--hosts", "n1", "n2", "--npernode", "2")
     assert res.rc == 0, res.err
     table = kvcache.option_table()
-    params = kvcache.resolve_parameters("closed", {"seed": 1, "duration": 5, "kv_model": "tiny-1b"}, table)
+    params = kvcache.resolve_parameters("closed", KVCacheOptions(seed=1, duration=5, kv_model="tiny-1b"), table)
     assert params["sequence"] == {"seed": 42, "trials": 3, "inter_option_delay_s": 90}
     assert params["options"]["1"] == {"model": "llama3.1-8b", "num_users": 200, "duration": 300, "gpu_mem_gb": 0,
                                       "cpu_mem_gb": 0, "max_concurrent_allocs": 16, "generation_mode": "none"}
@@ -93,12 +95,12 @@ def test_closed_plan_is_table_kvcache_1(cli):
 # -- OPEN: only flags the user set supersede the table ---------------------------------------
 def test_open_supersedes_only_the_flags_given():
     table = kvcache.option_table()
-    params = kvcache.resolve_parameters("open", {"duration": 5, "kv_model": None, "cpu_mem_gb": None, "seed": 7}, table)
+    params = kvcache.resolve_parameters("open", KVCacheOptions(duration=5, seed=7), table)
     for key, option in params["options"].items():
         expected = dict(table["options"][key]["params"], duration=5)
         assert option == expected
     assert params["sequence"] == {"seed": 7, "trials": 3, "inter_option_delay_s": 90}
-    picked = kvcache.resolve_parameters("open", {"kv_options": [3], "cpu_mem_gb": 1.5, "enable_rag": True}, table)
+    picked = kvcache.resolve_parameters("open", KVCacheOptions(kv_options=(3,), cpu_mem_gb=1.5, enable_rag=True), table)
     assert list(picked["options"]) == ["3"] and picked["options"]["3"]["cpu_mem_gb"] == 1.5
     assert picked["global"]["rag"] is True
     args = kvcache.kv_cache_args(picked["options"]["3"], picked["global"], None)
@@ -152,7 +154,8 @@ def test_shared_results_probe_runs_on_every_host(results, cache_dir):
     """Rules 6.3.3.4: one wrapper per host must see the probe file (run here on one host)."""
     from mlpstorage_py.benchmarks.base import Request
 
-    bench = kvcache.KVCacheBenchmark(Request("open", "kvcache", "llama3.1-8b", "run", {"hosts": ["127.0.0.1"]}))
+    bench = kvcache.KVCacheBenchmark(Request("open", "kvcache", "llama3.1-8b", "run", KVCacheOptions(),
+                                             LaunchOptions(hosts=("127.0.0.1",))))
     bench.results_dir = results
     bench._probe_shared_results(kvcache.Layout(("127.0.0.1",), 1))
     assert not list((results / ".mlps").glob("kvcache-shared-probe-*"))

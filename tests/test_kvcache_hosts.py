@@ -21,6 +21,8 @@ from test_kvcache_cli import SMALL
 
 from mlpstorage_py.benchmarks import kvcache, kvcache_hosts
 from mlpstorage_py.benchmarks.base import Request
+from mlpstorage_py.benchmarks.options import KVCacheOptions
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.errors import BenchmarkFailed, GateRefused
 from mlpstorage_py.launch import deadline
 
@@ -134,7 +136,7 @@ def test_probe_tells_launch_failure_from_an_invisible_results_dir(sim_hosts, res
     from mlpstorage_py.results.logs import setup_console
 
     setup_console()  # the console handler on this test's stderr, not an earlier test's captured one
-    bench = kvcache.KVCacheBenchmark(Request("open", "kvcache", "llama3.1-8b", "run", {}))
+    bench = kvcache.KVCacheBenchmark(Request("open", "kvcache", "llama3.1-8b", "run", KVCacheOptions()))
     bench.results_dir = results
     good = sim_hosts.names[0]
     with pytest.raises(BenchmarkFailed) as launch:
@@ -145,7 +147,7 @@ def test_probe_tells_launch_failure_from_an_invisible_results_dir(sim_hosts, res
     assert "Warning" not in str(launch.value)
     # the ranks run, but the path they look for is on no host: 6.3.3.4, every host named with its hostname
     with bench.scratch() as scratch:
-        records, code = kvcache_hosts.run_probe(results, sim_hosts.names[:2], {}, bench.wrapper_path(), scratch,
+        records, code = kvcache_hosts.run_probe(results, sim_hosts.names[:2], LaunchOptions(), bench.wrapper_path(), scratch,
                                                 check_path=results / "absent")
         assert code == 0 and [r["visible"] for r in records] == [False, False]
         with pytest.raises(GateRefused) as refused:

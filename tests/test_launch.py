@@ -9,6 +9,7 @@ import pytest
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.launch.hostnames import is_local, is_loopback
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, mpi_command
+from mlpstorage_py.launch.options import LaunchOptions
 
 
 def test_ranks_spread_round_robin_with_remainder_first():
@@ -47,7 +48,7 @@ def test_user_binding_is_honoured():
 
 
 def test_mpi_params_are_split_like_a_shell():
-    opts = MpiOptions.from_args({"mpi_params": ["--mca btl tcp,self", "--map-by 'ppr:1:node'"], "hosts": None})
+    opts = MpiOptions.of(LaunchOptions(mpi_params=("--mca btl tcp,self", "--map-by 'ppr:1:node'")))
     assert opts.extra == ["--mca", "btl", "tcp,self", "--map-by", "ppr:1:node"]
     assert opts.hosts == ["127.0.0.1"]
 

@@ -46,12 +46,12 @@ def test_given_hosts_and_params_are_written_as_given(cli, results):
     assert args["params"] == ["dataset.num_subfolders_train=4"]
 
 
-def test_every_family_gets_the_lists_and_no_private_keys():
-    shown = _published_args({"hosts": None, "params": None, "_started_at": 1.0, "mpi_params": None})
-    assert shown == {"hosts": ["127.0.0.1"], "params": [], "mpi_params": None}
+def test_every_family_gets_the_lists_and_the_resolved_results_dir(tmp_path):
+    shown = _published_args({"hosts": None, "params": None, "results_dir": None, "mpi_params": None}, tmp_path)
+    assert shown == {"hosts": ["127.0.0.1"], "params": [], "results_dir": str(tmp_path), "mpi_params": None}
     shown["hosts"].append("x")
     assert DEFAULT_HOSTS == ["127.0.0.1"]  # a copy, never the launcher's own list
-    assert _published_args({"model": "m"}) == {"model": "m"}  # a family without the option gains none
+    assert _published_args({"model": "m"}, None) == {"model": "m"}  # a family without the option gains none
 
 
 @pytest.mark.skipif(not REALDATA.is_dir(), reason="../shared/realdata is absent")

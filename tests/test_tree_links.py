@@ -18,6 +18,7 @@ import yaml
 from conftest import DATASIZE, all_leaves
 from mlpstorage_py.benchmarks import kvcache_hosts
 from mlpstorage_py.benchmarks.dlio_engine import Engine
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.job import scratch_dir
@@ -140,7 +141,7 @@ def test_the_kvcache_probe_marker_is_never_written_through_a_linked_mlps(results
     outside = _outside(tmp_path)
     (results / ".mlps").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ConfigurationError, match="symbolic link"):
-        kvcache_hosts.run_probe(results, ["127.0.0.1"], {"mpi_bin": str(tmp_path / "no-launcher")},
+        kvcache_hosts.run_probe(results, ["127.0.0.1"], LaunchOptions(mpi_bin=str(tmp_path / "no-launcher")),
                                 tmp_path / "wrapper.py", tmp_path)
     assert list(outside.iterdir()) == []
 

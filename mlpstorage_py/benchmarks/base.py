@@ -3,31 +3,50 @@
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, ContextManager
+from typing import Any, ClassVar, ContextManager, Generic, Mapping, TypeVar
 
+from mlpstorage_py.benchmarks.options import BenchmarkOptions
 from mlpstorage_py.errors import GateRefused, UsageError
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.job import scratch_dir
 from mlpstorage_py.launch.mpi import MpiOptions
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
 
+O = TypeVar("O", bound=BenchmarkOptions)
 
-@dataclass
-class Request:
-    """One parsed invocation of `mlpstorage <mode> <benchmark> ...`."""
+
+@dataclass(frozen=True)
+class Request(Generic[O]):
+    """One invocation of `mlpstorage <mode> <benchmark> ...`, typed (cli/requests.py builds it):
+    the benchmark's options, the launch options and the flags every benchmark has
+    (benchmarks/options.py says how to add one)."""
 
     mode: str
-    benchmark: str
+    benchmark: str                    # its command-line name (benchmarks/table.py)
     model: str
     command: str
-    args: dict[str, Any]
-    storage: str = "file"
-
-    def arg(self, name: str, default: Any = None) -> Any:
-        value = self.args.get(name)
-        return default if value is None else value
+    options: O
+    launch: LaunchOptions = field(default_factory=LaunchOptions)
+    storage: str = "file"             # the storage positional: file or object
+    s3_endpoints: tuple[str, ...] = ()  # an `object` run's endpoints (cli/common.add_endpoints)
+    s3_endpoints_file: str | None = None
+    s3_endpoint_strategy: str | None = None
+    results_dir: str | None = None    # --results-dir as given; the lifecycle resolves it
+    systemname: str | None = None     # --systemname (else MLPSTORAGE_SYSTEMNAME)
+    verbose: bool = False
+    params: tuple[str, ...] = ()      # --params KEY=VALUE
+    allow_invalid_params: bool = False
+    trace_io: bool = False
+    skip_fs_separation_gate: bool = False
+    loops: int = 1
+    started_at: float = field(default_factory=time.time)  # when the command started, for the metadata
+    # The parsed command line as the metadata's `args` record shows it, and only for that:
+    # never read for behaviour (the fields above are).
+    recorded_args: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass
@@ -71,10 +90,11 @@ class Benchmark(abc.ABC):
     (benchmarks.lifecycle.run) owns leaves, metadata, provenance and failure handling."""
 
     benchmark_type: ClassVar[str]  # its results-tree name, as its row of benchmarks/table.py says
+    options_type: ClassVar[type[BenchmarkOptions]]  # what its Request's options are (benchmarks/options.py)
     # What runs the workload when it is not DLIO (recorded in provenance.json's dlio block).
     engine: ClassVar[str | None] = None
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request[Any]) -> None:
         self.request = request
         # Set by the lifecycle once the results tree is resolved (None under whatif).
         self.results_dir: Path | None = None
@@ -95,9 +115,9 @@ class Benchmark(abc.ABC):
     def overrides(self) -> tuple[dict[str, str], str]:
         """The user's --params, gated (Rules 3.6.2/3.6.3/4.6.3) before anything uses them;
         returns them with the verification state they give the run."""
-        params = parse_params(self.request.arg("params"))
+        params = parse_params(list(self.request.params))
         verification = check_overrides(self.benchmark_type, self.request.mode, params,
-                                       allow_invalid=bool(self.request.arg("allow_invalid_params", False)))
+                                       allow_invalid=self.request.allow_invalid_params)
         return params, verification
 
     def preflight(self, plan: Plan) -> None:
@@ -108,15 +128,20 @@ class Benchmark(abc.ABC):
         client host before the work starts; None when nothing is launched."""
         if not plan.commands:
             return None
-        return MpiOptions.from_args(self.request.args), plan.num_processes
+        return MpiOptions.of(self.request.launch), plan.num_processes
 
     def traced_paths(self, plan: Plan) -> list[str]:
         """Where the work's data lives, for --trace-io: the data directory, or the s3:// location
         of an object-storage run (traced at no block device; its record says so)."""
         if plan.data_dir is not None:
             return [str(plan.data_dir)]
-        uri = self.request.arg("data_dir") or self.request.arg("checkpoint_folder")
+        uri = self.request.options.location
         return [str(uri)] if uri else []
+
+    def vfs_trace_rule(self) -> str | None:
+        """The rule that allows a VFS-level trace where the block level cannot see the work
+        (--trace-io names it in the trace record); None: no such allowance."""
+        return None
 
     def works_in_process(self, plan: Plan) -> bool:
         """Whether mlpstorage's own process does the work's I/O (an embedded database): --trace-io

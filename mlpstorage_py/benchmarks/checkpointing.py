@@ -17,7 +17,8 @@ import yaml
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import dlio_checkpointing
 from mlpstorage_py.rules import configs as workloads
-from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
+from mlpstorage_py.benchmarks.options import CheckpointingOptions, given
 from mlpstorage_py.checkpoint import engine as checkpoint_engine
 from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
@@ -42,24 +43,26 @@ SHAPE_KEYS = ("model.num_layers", "model.hidden_size", "model.ffn_hidden_size", 
 
 class CheckpointingBenchmark(Benchmark):
     benchmark_type = "checkpointing"
+    options_type = CheckpointingOptions
+    request: Request[CheckpointingOptions]
     engine = ENGINE
 
     def leaf_tail(self) -> Path:
         return layout.leaf_tail("checkpointing", model=self.request.model)
 
     def plan(self) -> Plan:
-        req = self.request
+        req, opts = self.request, self.request.options
         overrides, verification = self.overrides()
         parameters = workloads.apply_overrides(workloads.checkpointing(req.model), _shape_paths(overrides))
-        processes = int(req.arg("num_processes"))
+        processes = given(opts.num_processes, "--num-processes")
         ckpt = parameters["checkpoint"]
-        writes, reads = int(req.arg("num_checkpoints_write", 10)), int(req.arg("num_checkpoints_read", 10))
+        writes, reads = opts.num_checkpoints_write, opts.num_checkpoints_read
         if writes < 0 or reads < 0 or writes + reads == 0:
             raise UsageError("--num-checkpoints-write and --num-checkpoints-read must be >= 0 and not both 0")
         if writes and reads > writes:
             raise UsageError(f"a combined run reads back what it wrote: --num-checkpoints-read {reads} > --num-checkpoints-write {writes}")
         ckpt.update(num_checkpoints_write=writes, num_checkpoints_read=reads)
-        folder = req.arg("checkpoint_folder")
+        folder = opts.checkpoint_folder
         if req.command == "run" and not folder:
             raise ConfigurationError("--checkpoint-folder (or MLPSTORAGE_CHECKPOINT_FOLDER) is required: where checkpoints go")
         if folder and req.storage == "object":
@@ -72,7 +75,7 @@ class CheckpointingBenchmark(Benchmark):
             layout = build_layout(parameters, processes)
         except ValueError as exc:
             raise UsageError(f"{req.model} cannot be laid out on {processes} processes: {exc}") from None
-        plan = Plan(parameters=parameters, num_processes=processes, accelerator=req.arg("accelerator_type"),
+        plan = Plan(parameters=parameters, num_processes=processes, accelerator=opts.accelerator_type,
                     override_parameters=overrides, verification=verification,
                     data_dir=Path(ckpt["checkpoint_folder"]).parent if folder and req.storage == "file" else None,
                     storage_library=s3.library() if req.storage == "object" else None,
@@ -83,12 +86,12 @@ class CheckpointingBenchmark(Benchmark):
         program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
                    "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
                    "--num-write", str(writes), "--num-read", str(reads), "--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
-        if req.arg("o_direct"):
+        if opts.o_direct:
             if req.storage == "object":
                 raise UsageError("--o-direct applies to files; an object run has no page cache to bypass")
             program.append("--o-direct")
         if req.command != "datasize":
-            plan.commands = [mpi_command(MpiOptions.from_args(req.args), processes, program)]
+            plan.commands = [mpi_command(MpiOptions.of(req.launch), processes, program)]
         largest = max(plan.engine_parameters["bytes_per_rank"])
         plan.report = [
             f"{req.model}: checkpoint {layout.total_gib:,.2f} GiB (model {layout.model_bytes / 2**30:,.2f} GiB + optimizer "
@@ -97,11 +100,11 @@ class CheckpointingBenchmark(Benchmark):
             f"  largest per-rank share {largest / 2**30:,.2f} GiB; {writes} write(s), {reads} read(s)",
         ]
         if req.command != "datasize" and self._through_dlio():
-            dlio_checkpointing.plan_phases(req.args, req.model, req.storage, plan)
+            dlio_checkpointing.plan_phases(req.options, req.launch, req.model, req.storage, plan)
         return plan
 
     def _through_dlio(self) -> bool:
-        return self.request.arg("engine") == "dlio"
+        return self.request.options.engine == "dlio"
 
     def preflight(self, plan: Plan) -> None:
         """Rules 4.6.1, 4.3.5, 4.3.4, 4.6.4 and 4.4.1 before any byte is written."""
@@ -109,7 +112,7 @@ class CheckpointingBenchmark(Benchmark):
         model, processes = req.model, plan.num_processes
         size = plan.engine_parameters["checkpoint_size_GB"]
         closed = req.mode == "closed"
-        subset = bool(req.arg("checkpoint_subset"))
+        subset = req.options.checkpoint_subset
         if closed:
             if subset and (model != "llama3-8b" or processes != 8):
                 raise GateRefused("a CLOSED subset run must be llama3-8b on exactly 8 processes (Rules 4.3.5)")
@@ -155,7 +158,7 @@ class CheckpointingBenchmark(Benchmark):
             Path(folder).mkdir(parents=True, exist_ok=True)
         if self._through_dlio():
             dlio_checkpointing.execute(self, plan, leaf)
-            _write_config_record(leaf, plan, self.request.args, dlio_checkpointing.workload_record(plan),
+            _write_config_record(leaf, plan, self.request.launch.hosts, dlio_checkpointing.workload_record(plan),
                                  f"written by mlpstorage: {plan.engine_parameters['engine']} ran the "
                                  f"{' and '.join(plan.engine_parameters['phases'])} as separate invocations, "
                                  "each with its own Hydra record in dlio_<phase>/dlio_config")
@@ -168,14 +171,14 @@ class CheckpointingBenchmark(Benchmark):
         with self.scratch() as scratch:
             (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
-            plan.deadline_s = job_deadline(self.request.args, len(plan.client_hosts or [1]),
+            plan.deadline_s = job_deadline(self.request.launch, len(plan.client_hosts or [1]),
                                            io_bytes=plan.engine_parameters["checkpoint_bytes"] * count)
-            plan.startup = rank_startup(self.request.args, plan.num_processes,  # one unit: a rank's share of a checkpoint
+            plan.startup = rank_startup(self.request.launch, plan.num_processes,  # one unit: a rank's share of a checkpoint
                                         unit_bytes=plan.engine_parameters["checkpoint_bytes"] / plan.num_processes)
             run_job(Job(plan.commands[0], "checkpoint engine", stdout, stderr, plan.deadline_s,
-                        echo=bool(self.request.arg("verbose")), startup=plan.startup,
+                        echo=self.request.verbose, startup=plan.startup,
                         progress=progress.polled("checkpoints", count, marks, "written/read")), leaf, scratch)
-        _write_config_record(leaf, plan, self.request.args)
+        _write_config_record(leaf, plan, self.request.launch.hosts)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         """The engine must leave every rank's stats and a summary with the phases it ran."""
@@ -222,7 +225,7 @@ def _shape_paths(overrides: dict[str, str]) -> dict[str, str]:
             for k, v in overrides.items()}
 
 
-def _write_config_record(leaf: Path, plan: Plan, args: dict[str, Any], workload: dict[str, Any] | None = None,
+def _write_config_record(leaf: Path, plan: Plan, hosts: tuple[str, ...], workload: dict[str, Any] | None = None,
                          note: str | None = None) -> None:
     """Rules 2.1.26 want dlio_config/{config,hydra,overrides}.yaml in every checkpointing leaf;
     our engine is not DLIO/Hydra (and --engine dlio runs two Hydra invocations), so they record
@@ -236,4 +239,4 @@ def _write_config_record(leaf: Path, plan: Plan, args: dict[str, Any], workload:
     (folder / "hydra.yaml").write_text(yaml.safe_dump({
         "note": note or f"written by {ENGINE}; DLIO 2.0.0 has no checkpoint workflow, so no Hydra run took place",
         "engine": plan.engine_parameters["engine"] if plan.engine_parameters else ENGINE, "command": plan.commands, "num_processes": plan.num_processes,
-        "hosts": args.get("hosts") or ["127.0.0.1"]}, sort_keys=False), encoding="utf-8")
+        "hosts": list(hosts) or ["127.0.0.1"]}, sort_keys=False), encoding="utf-8")

@@ -20,11 +20,13 @@ from typing import Any
 
 from mlpstorage_py.benchmarks import dlio, dlio_engine
 from mlpstorage_py.benchmarks.base import Plan
+from mlpstorage_py.benchmarks.options import CheckpointingOptions
 from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, UsageError
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results.io import read_json, write_json
 from mlpstorage_py.results.logs import log
 
@@ -37,14 +39,14 @@ def phase_dir(phase: str) -> str:
     return f"dlio_{phase}"
 
 
-def plan_phases(req_args: dict[str, Any], model: str, storage: str, plan: Plan) -> None:
+def plan_phases(options: CheckpointingOptions, launch: LaunchOptions, model: str, storage: str, plan: Plan) -> None:
     """Replace our engine's command by one DLIO invocation per phase that has checkpoints."""
     if storage == "object":
         raise UsageError("--engine dlio runs file storage only: the fork's object checkpointing needs the reference "
                          "tool's mlpstorage_py.checkpointing module, which this tool does not provide")
-    if req_args.get("o_direct"):
+    if options.o_direct:
         raise UsageError("--o-direct is our engine's; the fork chooses O_DIRECT through storage.storage_type direct_fs")
-    runner = dlio_engine.from_args(req_args)
+    runner = dlio_engine.detect(options.dlio_bin_path, options.dlio_bin_path_origin)
     if not runner.table.get("checkpoint_workflow"):
         raise NotAvailable(f"DLIO {runner.version} has no checkpoint-only workflow; --engine dlio needs the working "
                            "group's DLIO 3.0.x (install it in another environment and name it with --dlio-bin-path)")
@@ -60,7 +62,7 @@ def plan_phases(req_args: dict[str, Any], model: str, storage: str, plan: Plan) 
         counts = {k: (ckpt[k] if k == key else 0) for _, k, _ in PHASES}
         workloads[phase] = {**config, "checkpoint": {**config.get("checkpoint", {}), **counts}}
         out = f"{LEAF}/{phase_dir(phase)}"
-        commands.append(dlio.command(MpiOptions.from_args(req_args), plan.num_processes,
+        commands.append(dlio.command(MpiOptions.of(launch), plan.num_processes,
                                      dlio.workload_name(model, f"checkpoint_{phase}"), engine=runner, output=out,
                                      writer_record=f"{out}/{WRITER_FILE}"))
     plan.commands = commands
@@ -88,18 +90,18 @@ def execute(bench: Any, plan: Plan, leaf: Path) -> None:
             if phase == "read":
                 drops = _drop_caches(bench, plan)
             count = ckpt["num_checkpoints_write" if phase == "write" else "num_checkpoints_read"]
-            deadline = job_deadline(bench.request.args, len(plan.client_hosts or [1]),
+            deadline = job_deadline(bench.request.launch, len(plan.client_hosts or [1]),
                                     io_bytes=params["checkpoint_bytes"] * count)
-            plan.deadline_s, plan.startup = deadline, rank_startup(bench.request.args, plan.num_processes)
+            plan.deadline_s, plan.startup = deadline, rank_startup(bench.request.launch, plan.num_processes)
             run_job(Job(argv, f"DLIO checkpoint {phase}", out / LOGS[0], out / LOGS[1], deadline,
-                        echo=bool(bench.request.arg("verbose")), startup=plan.startup), leaf, scratch)
+                        echo=bench.request.verbose, startup=plan.startup), leaf, scratch)
         plan.commands = commands
     merge(leaf, params["phases"], plan.num_processes, drops, params["engine"])
 
 
 def _drop_caches(bench: Any, plan: Plan) -> list[dict[str, Any]]:
     """Every client host drops its page cache (as training does before a run)."""
-    records = hostinfo.survey(MpiOptions.from_args(bench.request.args), plan.num_processes, bench.results_dir,
+    records = hostinfo.survey(MpiOptions.of(bench.request.launch), plan.num_processes, bench.results_dir,
                               drop_cache=True, label="page-cache drop before the reads")
     hosts = [{"rank": min(r.get("ranks") or [0]), "hostname": r["hostname"], "page_cache": r["page_cache"]}
              for r in records]

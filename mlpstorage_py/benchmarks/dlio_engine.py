@@ -132,11 +132,6 @@ def bin_directory(bin_path: str) -> Path:
     return given
 
 
-def from_args(args: dict[str, Any]) -> Engine:
-    """The engine a command's settings name (main.parse records when the path came from the environment)."""
-    return detect(args.get("dlio_bin_path"), args.get("_dlio_bin_path_from") or "--dlio-bin-path")
-
-
 def detect(bin_path: str | None = None, origin: str = "--dlio-bin-path") -> Engine:
     """The DLIO to run: this environment's, or the one of the environment --dlio-bin-path names
     (`origin`: the flag or MLPSTORAGE_DLIO_BIN_PATH, where the path came from)."""

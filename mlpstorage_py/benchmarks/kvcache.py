@@ -15,6 +15,7 @@ results directory check (kvcache_hosts), then every trial under a deadline.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import socket
@@ -32,7 +33,8 @@ from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import kvcache_hosts
 from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
-from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
+from mlpstorage_py.benchmarks.options import KVCacheOptions
 from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
                                   PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.results import libraries
@@ -53,14 +55,6 @@ ENGINE = "kv-cache.py"
 STAMP = "{stamp}"
 # Per-Option keys of Table KVCache-1, in the order they are emitted to kv-cache.py.
 OPTION_KEYS = ("model", "num_users", "duration", "gpu_mem_gb", "cpu_mem_gb", "max_concurrent_allocs", "generation_mode")
-# OPEN flags (argparse dest) -> the Option key they supersede. max-concurrent-allocs is not
-# exposed (Rules 6.6.2).
-OPEN_OPTION_FLAGS = {"kv_model": "model", "num_users": "num_users", "duration": "duration", "gpu_mem_gb": "gpu_mem_gb",
-                     "cpu_mem_gb": "cpu_mem_gb", "generation_mode": "generation_mode"}
-OPEN_GLOBAL_FLAGS = {"performance_profile": ("performance_profile", lambda v: v),
-                     "disable_multi_turn": ("multi_turn", lambda v: not v),
-                     "disable_prefix_caching": ("prefix_caching", lambda v: not v),
-                     "enable_rag": ("rag", bool), "rag_num_docs": ("rag_num_docs", int)}
 STARTUP_ESTIMATE_S = 5  # mpirun + interpreter start + the last requests finishing, per trial
 DRAIN_S = 30  # past --duration: in-flight requests finish, KV files are removed, the result is written
 DEVICE_LATENCY_NOTE = ("max over ranks and trials of each rank's P95 (a worst-client bound, not a pooled percentile); "
@@ -131,36 +125,49 @@ def resolve_layout(num_processes: int | None, npernode: int | None, hosts: list[
 
 
 # -- the workload ---------------------------------------------------------------------------
-def resolve_parameters(mode: str, args: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+def _given(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of flags the user gave (an OPEN flag not given is None)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def resolve_parameters(mode: str, opts: KVCacheOptions, table: dict[str, Any]) -> dict[str, Any]:
     """{options, sequence, global}: CLOSED straight from the table and the locks; OPEN/whatif
-    apply only the flags the user gave (they default to None), one key at a time."""
+    apply only the flags the user gave (they default to None), one key at a time.
+    max-concurrent-allocs is not exposed (Rules 6.6.2)."""
     open_mode = mode != "closed"
-    selected = [str(o) for o in (args.get("kv_options") or [])] if open_mode else []
+    selected = [str(o) for o in opts.kv_options] if open_mode else []
+    # each OPEN flag given supersedes that key of every Option
+    superseding = _given({"model": opts.kv_model, "num_users": opts.num_users, "duration": opts.duration,
+                          "gpu_mem_gb": opts.gpu_mem_gb, "cpu_mem_gb": opts.cpu_mem_gb,
+                          "generation_mode": opts.generation_mode})
     options: dict[str, dict[str, Any]] = {}
     for key, spec in table["options"].items():
         if selected and key not in selected:
             continue
         params = {k: spec["params"][k] for k in OPTION_KEYS}
         if open_mode:
-            for flag, name in OPEN_OPTION_FLAGS.items():
-                if args.get(flag) is not None:
-                    params[name] = args[flag]
+            params.update(superseding)
         options[key] = params
     sequence = closed_sequence()
     glob = dict(table["global"])
     if open_mode:
-        for flag, name in (("seed", "seed"), ("trials", "trials"), ("inter_option_delay", "inter_option_delay_s")):
-            if args.get(flag) is not None:
-                sequence[name] = int(args[flag])
-        for flag, (name, convert) in OPEN_GLOBAL_FLAGS.items():
-            if args.get(flag) is not None:
-                glob[name] = convert(args[flag])
-        if args.get("kv_config"):
-            path = Path(args["kv_config"]).expanduser()
+        sequence.update({name: int(value) for name, value in _given(
+            {"seed": opts.seed, "trials": opts.trials, "inter_option_delay_s": opts.inter_option_delay}).items()})
+        glob.update(_given({"performance_profile": opts.performance_profile,
+                            "multi_turn": _negated(opts.disable_multi_turn),
+                            "prefix_caching": _negated(opts.disable_prefix_caching),
+                            "rag": opts.enable_rag, "rag_num_docs": opts.rag_num_docs}))
+        if opts.kv_config:
+            path = Path(opts.kv_config).expanduser()
             if not path.is_file():
                 raise NotFoundError(f"--config {path} not found")
             glob["config_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"options": options, "sequence": sequence, "global": glob}
+
+
+def _negated(flag: bool | None) -> bool | None:
+    """The global key a --disable-* flag turns off (None: not given)."""
+    return None if flag is None else not flag
 
 
 def kv_cache_args(option: dict[str, Any], glob: dict[str, Any], config_path: str | None) -> list[str]:
@@ -189,12 +196,14 @@ def _text(value: Any) -> str:
 # -- the benchmark --------------------------------------------------------------------------
 class KVCacheBenchmark(Benchmark):
     benchmark_type = "kv_cache"
+    options_type = KVCacheOptions
     engine = ENGINE
+    request: Request[KVCacheOptions]
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Request[KVCacheOptions]) -> None:
+        if request.options.kv_model:  # OPEN --model: the simulated model names the leaf and the metadata
+            request = dataclasses.replace(request, model=request.options.kv_model)
         super().__init__(request)
-        if request.args.get("kv_model"):
-            request.model = request.args["kv_model"]
         self.table = option_table()
 
     def leaf_tail(self) -> Path:
@@ -209,18 +218,19 @@ class KVCacheBenchmark(Benchmark):
     def plan(self) -> Plan:
         req = self.request
         overrides, verification = self.overrides()
-        parameters = resolve_parameters(req.mode, req.args, self.table)
+        parameters = resolve_parameters(req.mode, req.options, self.table)
         if overrides:  # only reachable with --allow-invalid-params (no key is allowlisted)
             parameters = workloads.apply_overrides(parameters, overrides)
-        closed_reference = resolve_parameters("closed", {}, self.table)
+        closed_reference = resolve_parameters("closed", KVCacheOptions(), self.table)
         if verification == "CLOSED" and parameters != closed_reference:
             verification = "OPEN"
-        layout = resolve_layout(req.arg("num_processes"), req.arg("npernode"), req.arg("hosts"))
-        cache_dir = req.arg("cache_dir")
+        opts = req.options
+        layout = resolve_layout(opts.num_processes, opts.npernode, list(req.launch.hosts))
+        cache_dir = opts.cache_dir
         cache = str(Path(cache_dir).expanduser().resolve()) if cache_dir else "<cache-dir>"
-        config_path = str(Path(req.args["kv_config"]).expanduser().resolve()) if req.arg("kv_config") else None
+        config_path = str(Path(opts.kv_config).expanduser().resolve()) if opts.kv_config else None
         sequence, glob = parameters["sequence"], parameters["global"]
-        mpi = MpiOptions.from_args(req.args)
+        mpi = MpiOptions.of(req.launch)
         mpi.hosts = [f"{h}:{layout.npernode}" for h in layout.hosts]
         wrapper = self.wrapper_path()
         commands, per_option = [], {}
@@ -287,14 +297,14 @@ class KVCacheBenchmark(Benchmark):
     def preflight(self, plan: Plan) -> None:
         req = self.request
         if req.mode == "closed":
-            reference = resolve_parameters("closed", {}, self.table)
+            reference = resolve_parameters("closed", KVCacheOptions(), self.table)
             if plan.parameters != reference:
                 raise GateRefused("CLOSED runs Table KVCache-1 with seed 42, 3 trials and a 90 s inter-option delay, "
                                   "unchanged (Rules 6.3.1.1, 6.3.2.1, 6.6.1)")
         self._validate_inputs(plan)
         if req.mode == "whatif" or self.results_dir is None:
             return
-        if not req.arg("cache_dir"):
+        if not req.options.cache_dir:
             raise ConfigurationError("--cache-dir is required: the storage tier under test (Rules 6.4.1)")
         cache = Path(plan.engine_parameters["cache_dir"])
         results = self.results_dir.resolve()
@@ -317,15 +327,19 @@ class KVCacheBenchmark(Benchmark):
         if not plan.commands or self.request.command != "run":
             return None
         ep = plan.engine_parameters
-        mpi = MpiOptions.from_args(self.request.args)
+        mpi = MpiOptions.of(self.request.launch)
         mpi.hosts = [f"{h}:{ep['npernode']}" for h in ep["hosts"]]
         return mpi, ep[TOTAL_RANKS]
+
+    def vfs_trace_rule(self) -> str | None:
+        """Rules 6.5.2 describes the VFS-level fallback for the KV cache's storage tier."""
+        return "6.5.2"
 
     def _validate_inputs(self, plan: Plan) -> None:
         """Let kv-cache.py refuse bad input (a --config key, a size) now, not in every rank later."""
         ep = plan.engine_parameters
         script = Path(ep["wrapper"]).with_name("kv-cache.py")
-        cache = ep["cache_dir"] if self.request.arg("cache_dir") else str(Path(tempfile.gettempdir()) / "kvcache-validate")
+        cache = ep["cache_dir"] if self.request.options.cache_dir else str(Path(tempfile.gettempdir()) / "kvcache-validate")
         checks = {}
         for key, args in ep["kv_cache_args"].items():  # one check per Option, all at once
             argv = [sys.executable, str(script), "--validate-only", *args, "--cache-dir", cache,
@@ -356,7 +370,7 @@ class KVCacheBenchmark(Benchmark):
             log_dir = leaf if leaf is not None else stack.enter_context(self.scratch())
             records: list[dict[str, Any]] = []
             try:
-                records, code = kvcache_hosts.run_probe(self.results_dir, hosts, self.request.args, self.wrapper_path(), log_dir)
+                records, code = kvcache_hosts.run_probe(self.results_dir, hosts, self.request.launch, self.wrapper_path(), log_dir)
             finally:
                 if leaf is not None:
                     stdout = log_dir / "kvcache_shared_probe.stdout.log"
@@ -394,7 +408,7 @@ class KVCacheBenchmark(Benchmark):
                     log.info(f"waiting {seq['inter_option_delay_s']} s before option {key} (inter-option delay)")
                     time.sleep(seq["inter_option_delay_s"])
                 trials: list[dict[int, dict[str, Any] | None]] = all_trials.setdefault(key, [])
-                deadline = deadlines[key] = job_deadline(req.args, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
+                deadline = deadlines[key] = job_deadline(req.launch, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
                 for trial in range(seq["trials"]):
                     if stopped is not None:
                         break
@@ -407,10 +421,10 @@ class KVCacheBenchmark(Benchmark):
                     outputs.append({"command": " ".join(argv), "stdout": str(out), "stderr": str(err)})
                     log.info(f"option {key} trial {trial + 1}/{seq['trials']}: {total} rank(s), {option['duration']} s")
                     try:
-                        startup = rank_startup(req.args, total, mpi_hosts)
+                        startup = rank_startup(req.launch, total, mpi_hosts)
                         allowances[key] = startup.allowance_s
                         code = run_job(Job(argv, f"kvcache option {key} trial {trial}", out, err, deadline,
-                                           echo=bool(req.arg("verbose")), check=False, startup=startup), leaf, scratch).code
+                                           echo=req.verbose, check=False, startup=startup), leaf, scratch).code
                     except (TimeoutExpired, Interrupted, KeyboardInterrupt) as exc:  # tree is down; record, re-raise
                         stopped = exc
                         failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"

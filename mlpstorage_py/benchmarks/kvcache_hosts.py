@@ -24,6 +24,7 @@ from typing import Any
 from mlpstorage_py.errors import BenchmarkFailed, GateRefused
 from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.launch.process import error_line, run_logged
 from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
@@ -44,7 +45,7 @@ LAUNCH_WARNING = re.compile(r"^(?:[\w-]+:\s*)*warning\b", re.I)
 
 
 # -- the shared results directory check -------------------------------------------------------
-def run_probe(results_dir: Path, hosts: list[str], args: dict[str, Any], wrapper: Path, log_dir: Path,
+def run_probe(results_dir: Path, hosts: list[str], launch: LaunchOptions, wrapper: Path, log_dir: Path,
               check_path: Path | None = None) -> tuple[list[dict[str, Any]], int]:
     """Launch one probe rank per host entry under a short deadline; returns one record per host
     (rank, host entry, reported hostname, path, visible, detail) and mpirun's exit code.
@@ -54,7 +55,7 @@ def run_probe(results_dir: Path, hosts: list[str], args: dict[str, Any], wrapper
     token = uuid.uuid4().hex
     marker = probe_dir / f"kvcache-shared-probe-{token}"
     marker.write_text(token, encoding="utf-8")
-    mpi = MpiOptions.from_args(args)
+    mpi = MpiOptions.of(launch)
     mpi.hosts = [f"{h}:1" for h in hosts]
     argv = mpi_command(mpi, len(hosts), [sys.executable, str(wrapper), "--probe-shared", str(check_path or marker),
                                          "--probe-token", token])
@@ -62,7 +63,7 @@ def run_probe(results_dir: Path, hosts: list[str], args: dict[str, Any], wrapper
     log.info(f"checking that {results_dir} is shared by {', '.join(hosts)}")
     try:
         code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=log_dir, label="kvcache shared results check",
-                          deadline_s=host_facts_deadline(args, len(hosts)))
+                          deadline_s=host_facts_deadline(len(hosts)))
     finally:
         marker.unlink(missing_ok=True)
     return probe_records(hosts, out), code

@@ -12,7 +12,7 @@ import shlex
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mlpstorage_py.benchmarks import table, tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
@@ -46,7 +46,7 @@ def print_plan(bench: Benchmark, plan: Plan) -> None:
 
 
 def systemname(bench: Benchmark) -> str:
-    name = bench.request.arg("systemname") or os.environ.get("MLPSTORAGE_SYSTEMNAME")
+    name = bench.request.systemname or os.environ.get("MLPSTORAGE_SYSTEMNAME")
     if not name:
         raise ConfigurationError("--systemname (or MLPSTORAGE_SYSTEMNAME) is required: it names the system under test in the results tree")
     return check_name("system name", name)
@@ -59,13 +59,12 @@ def run(bench: Benchmark) -> int:
     plan_only = req.mode == "whatif" or req.command in table.row(req.benchmark).plan_only
     if not plan_only:
         system = systemname(bench)
-        results_dir, source = resolve_results_dir(req.arg("results_dir"))
+        results_dir, source = resolve_results_dir(req.results_dir)
         log.debug(f"results-dir: {results_dir} (from {source})")
         org = require_org(results_dir)
-        req.args["results_dir"] = str(results_dir)  # the metadata records where results went (Rules 3.4.1, 4.4.1)
         bench.results_dir = results_dir
         bench.workload_dir = workload_dir(results_dir, req.mode, org, system, bench.leaf_tail())
-    with tracing.prepared(bench) if not plan_only else contextlib.nullcontext(), reporting(req.args):
+    with tracing.prepared(bench) if not plan_only else contextlib.nullcontext(), reporting(req.launch):
         plan = bench.plan()
         locked = plan.data_dir if not plan_only and req.command == "datagen" and req.storage == "file" else None
         with datalock.held(locked):
@@ -162,7 +161,7 @@ def _fs_gate(bench: Benchmark, plan: Plan, results_dir: Path) -> dict[str, Any] 
         raise missing_directory("data directory", plan.data_dir)
     record = fs_probe.probe(plan.data_dir, results_dir)
     if record["same_filesystem"] and req.mode == "closed" and req.command != "datasize" \
-            and not req.arg("skip_fs_separation_gate", False):
+            and not req.skip_fs_separation_gate:
         rule = table.row(req.benchmark).fs_rule
         raise GateRefused(f"data directory {plan.data_dir} and results directory {results_dir} are on the same filesystem "
                           f"(Rules {rule}); put them on different filesystems")
@@ -183,11 +182,14 @@ def _storage_env_gate(bench: Benchmark) -> dict[str, Any]:
     return record
 
 
-def _published_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The parsed options, with the published metadata's list fields never null (readers take len()
-    of them): `hosts` is the host list the launcher was given, its default without --hosts, as the
-    reference writes; `params` is [] without --params."""
-    shown = {k: v for k, v in args.items() if not k.startswith("_")}
+def _published_args(args: Mapping[str, Any], results_dir: Path | None) -> dict[str, Any]:
+    """The parsed command line (Request.recorded_args) with the results directory the run
+    resolved (Rules 3.4.1, 4.4.1) and the published metadata's list fields never null (readers
+    take len() of them): `hosts` is the host list the launcher was given, its default without
+    --hosts, as the reference writes; `params` is [] without --params."""
+    shown = dict(args)
+    if results_dir is not None:
+        shown["results_dir"] = str(results_dir)
     if "hosts" in shown and not shown["hosts"]:
         shown["hosts"] = list(mpi.DEFAULT_HOSTS)
     if "params" in shown and shown["params"] is None:
@@ -206,13 +208,13 @@ def _metadata(bench: Benchmark, plan: Plan, leaf: Path, stamp: str) -> dict[str,
         "accelerator": plan.accelerator,
         "storage": req.storage,
         "result_dir": str(leaf),
-        "args": _published_args(req.args),
+        "args": _published_args(req.recorded_args, bench.results_dir),
         "parameters": plan.parameters,
         "override_parameters": plan.override_parameters,
         "engine_parameters": plan.engine_parameters,
         "verification": plan.verification,
         "system_info": host_info(),
-        "invocation_start_time": iso_from_epoch(req.arg("_started_at", time.time())),
+        "invocation_start_time": iso_from_epoch(req.started_at),
         "provenance_file": provenance.FILE_NAME,
     }
 
@@ -231,7 +233,7 @@ def _write_leaf(bench: Benchmark, plan: Plan, leaf: Path, metadata: dict[str, An
         executed_command="; ".join(shlex.join(argv) for argv in plan.commands),
         executed_argv=plan.commands,
         invocation_end_time=iso_from_epoch(end),
-        runtime=end - bench.request.arg("_started_at", end),
+        runtime=end - bench.request.started_at,
         exit_status=status,
         failure=failure,
         deadline_s=plan.deadline_s,

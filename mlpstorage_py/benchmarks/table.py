@@ -31,6 +31,12 @@ class BenchmarkRow(NamedTuple):
     plan_only: tuple[str, ...] = ()  # commands that print the plan and write no leaf in any mode
     fs_rule: str = ""        # the rule CLOSED refuses a shared data/results filesystem under
 
+    def check_storage(self, storage: str) -> None:
+        """NotAvailable for `object` storage where the benchmark has none."""
+        if storage == "object" and not self.object_storage:
+            raise NotAvailable(f"object storage for {self.cli_name} is not part of this build; object runs are "
+                               f"{object_storage_names()}")
+
     def load(self) -> type:
         """Its Benchmark subclass; NotAvailable when this build lacks the module."""
         try:

@@ -22,7 +22,7 @@ def prepared(bench: Any) -> Iterator[None]:
     """With --trace-io, the run's work mark in the environment from before the plan builds any
     command line, so the launcher forwards it to every rank on every host (MLPSTORAGE_ variables
     go by name), until the run is over."""
-    if not bench.request.arg("trace_io"):
+    if not bench.request.trace_io:
         yield
         return
     with heartbeat.marked(heartbeat.new_mark()):
@@ -39,7 +39,7 @@ def traced_hosts(bench: Any, plan: Any) -> list[str]:
 @contextlib.contextmanager
 def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
     """Trace the block (or VFS) I/O of the work inside the block, when --trace-io was given."""
-    if not bench.request.arg("trace_io"):
+    if not bench.request.trace_io:
         yield
         return
     from mlpstorage_py.trace import honest, session
@@ -48,8 +48,9 @@ def traced(bench: Any, plan: Any, leaf: Path) -> Iterator[None]:
     session.check(hosts, paths, None)
     def keep(record: dict[str, Any]) -> None:
         record = honest.check(mark_ranks(record, leaf), leaf)  # others' share, ranks against their own counts
-        if record.get("level") == "vfs" and bench.request.benchmark == "kvcache":  # the fallback 6.5.2 describes
-            record["why"] = f"{record.get('why') or ''} (Rules 6.5.2)".strip()
+        rule = bench.vfs_trace_rule()
+        if record.get("level") == "vfs" and rule:  # the fallback the benchmark's rules describe
+            record["why"] = f"{record.get('why') or ''} (Rules {rule})".strip()
         io_trace.IoTrace(record).write(leaf / io_trace.FILE)
         log.info(f"trace-io: {io_trace.FILE} written ({record.get('level')} level, "
                  f"{len(record.get('hosts', {}))} host(s))")

@@ -16,7 +16,8 @@ import yaml
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine
 from mlpstorage_py.rules import configs as workloads
-from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
+from mlpstorage_py.benchmarks.options import TrainingOptions, given
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, Refused, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.launch.deadline import job_deadline, rank_startup
@@ -114,6 +115,8 @@ def _recorded_count(path: Path, meta: dict[str, Any], name: str, least: int, mos
 
 class TrainingBenchmark(Benchmark):
     benchmark_type = "training"
+    options_type = TrainingOptions
+    request: Request[TrainingOptions]
 
     def leaf_tail(self) -> Path:
         return layout.leaf_tail("training", model=self.request.model, command=self.request.command)
@@ -122,24 +125,25 @@ class TrainingBenchmark(Benchmark):
     def plan(self) -> Plan:
         if self.request.command == "datasize":
             return self._plan_datasize()
+        opts = self.request.options
         if self.request.command == "datagen":
-            return self._plan_dlio(workloads.datagen(self.request.model), self.request.arg("num_processes"))
-        return self._plan_dlio(workloads.training(self.request.model, self.request.arg("accelerator_type")),
-                               self.request.arg("num_accelerators"))
+            return self._plan_dlio(workloads.datagen(self.request.model), given(opts.num_processes, "--num-processes"))
+        return self._plan_dlio(workloads.training(self.request.model, opts.accelerator_type),
+                               given(opts.num_accelerators, "--num-accelerators"))
 
     def _dataset(self) -> datasets.FileDataset | datasets.ObjectDataset:
-        data_dir = self.request.arg("data_dir")
+        data_dir = self.request.options.data_dir
         if not data_dir:
             raise ConfigurationError("--data-dir (or MLPSTORAGE_DATA_DIR) is required: where the dataset lives")
         return datasets.locate(data_dir, self.request.storage, self.request.model)
 
     def _plan_datasize(self) -> Plan:
-        req = self.request
+        req, opts = self.request, self.request.options
         overrides, verification = self.overrides()
-        parameters = workloads.apply_overrides(workloads.training(req.model, req.arg("accelerator_type")), overrides)
-        data_dir = req.arg("data_dir")
-        plan = Plan(parameters=parameters, num_processes=int(req.arg("max_accelerators")),
-                    accelerator=req.arg("accelerator_type"), override_parameters=overrides, verification=verification,
+        parameters = workloads.apply_overrides(workloads.training(req.model, opts.accelerator_type), overrides)
+        data_dir = opts.data_dir
+        plan = Plan(parameters=parameters, num_processes=given(opts.max_accelerators, "--max-accelerators"),
+                    accelerator=opts.accelerator_type, override_parameters=overrides, verification=verification,
                     data_dir=Path(data_dir) if data_dir else None,
                     engine_identity={"name": "mlpstorage", "version": __version__, "path": __file__,
                                      "origin": "the Rules 3.1.2 calculation in mlpstorage itself; datasize runs no DLIO"})
@@ -150,10 +154,10 @@ class TrainingBenchmark(Benchmark):
 
     def _size(self, plan: Plan) -> None:
         """Rules 3.1.2 for the measured client hosts: the datasize figures and their report."""
-        req = self.request
-        hosts = int(req.arg("num_client_hosts") or len(plan.client_hosts or []) or 1)
+        opts = self.request.options
+        hosts = int(opts.num_client_hosts or len(plan.client_hosts or []) or 1)
         plan.cluster = self._cluster(plan)
-        memory_gb = self._sizing_memory(float(req.arg("client_host_memory_in_gb")), plan.cluster)
+        memory_gb = self._sizing_memory(given(opts.client_host_memory_in_gb, "--client-host-memory-in-gb"), plan.cluster)
         size = sizing(plan.parameters, plan.num_processes, hosts, memory_gb)
         plan.parameters["dataset"].update(num_files_train=size.num_files_train,
                                           num_subfolders_train=size.num_subfolders_train,
@@ -168,7 +172,7 @@ class TrainingBenchmark(Benchmark):
 
     def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
         """datasize measures the hosts the run will use, with its accelerator count."""
-        return MpiOptions.from_args(self.request.args), plan.num_processes
+        return MpiOptions.of(self.request.launch), plan.num_processes
 
     def gate_hosts(self, plan: Plan) -> None:
         if self.request.command == "datasize":
@@ -193,7 +197,7 @@ class TrainingBenchmark(Benchmark):
         rules = checker()
         steps, mult = rules["training_steps_per_epoch"], rules["training_host_memory_multiplier"]
         return [
-            f"Dataset size for {self.request.model} on up to {accelerators} simulated {self.request.arg('accelerator_type')} "
+            f"Dataset size for {self.request.model} on up to {accelerators} simulated {self.request.options.accelerator_type} "
             f"across {hosts} client host(s) with {memory_gb:g} GiB each (Rules 3.1.2):",
             f"  steps constraint : {steps} steps x batch {batch} x {accelerators} accelerators = {size.min_samples_steps:,} samples",
             f"  memory constraint: {hosts} hosts x {memory_gb:g} GiB x {mult} / {ds['record_length_bytes']:,} B per sample "
@@ -212,7 +216,7 @@ class TrainingBenchmark(Benchmark):
         for section, values in data.engine_location().items():
             for key, value in values.items():
                 overrides.setdefault(f"{section}.{key}", str(value))
-        runner = dlio_engine.from_args(req.args)
+        runner = dlio_engine.detect(req.options.dlio_bin_path, req.options.dlio_bin_path_origin)
         if data.storage == "object" and runner.native_object_storage:
             for key, value in runner.table["object_storage"].items():
                 overrides.setdefault(f"storage.{key}", str(value))
@@ -225,14 +229,14 @@ class TrainingBenchmark(Benchmark):
             engine.setdefault("reader", {}).update(datasets.OBJECT_READER)
         for key in dropped:
             log.warning(f"DLIO {runner.version} does not read {key}; it is recorded but not passed to DLIO")
-        plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.arg("accelerator_type"),
+        plan = Plan(parameters=parameters, num_processes=int(processes), accelerator=req.options.accelerator_type,
                     override_parameters=overrides, verification=verification,
                     data_dir=data.folder.parent if isinstance(data, datasets.FileDataset) else None,
                     engine_parameters={"engine": runner.name, "dlio": runner.record(), "workload": engine,
                                        "not_passed": dropped},
                     storage_library=s3.library() if data.storage == "object" else None,
                     dlio_engine=(runner.stamp, runner.stamp_tag), engine_identity=runner.identity())
-        plan.commands = [dlio.command(MpiOptions.from_args(req.args), int(processes), self._workload_name(),
+        plan.commands = [dlio.command(MpiOptions.of(req.launch), int(processes), self._workload_name(),
                                       engine=runner, s3dlio=plugin,
                                       epoch_cache=req.command == "run" and data.storage == "file")]
         plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {data}",
@@ -277,7 +281,7 @@ class TrainingBenchmark(Benchmark):
 
     def _gate_datagen(self, plan: Plan) -> None:
         data = self.dataset
-        if not data.is_empty() and not self.request.arg("overwrite"):
+        if not data.is_empty() and not self.request.options.overwrite:
             raise GateRefused(f"{data} is not empty; datagen never overwrites a dataset (use --overwrite to replace it)")
         if isinstance(data, datasets.FileDataset):
             ds = plan.parameters["dataset"]
@@ -331,7 +335,8 @@ class TrainingBenchmark(Benchmark):
         ds, manifest = plan.parameters["dataset"], self.manifest
         plan.cluster = self._cluster(plan)
         hosts = plan.cluster["hosts"]
-        memory_gb = self._sizing_memory(float(self.request.arg("client_host_memory_in_gb")), plan.cluster)
+        memory_gb = self._sizing_memory(given(self.request.options.client_host_memory_in_gb, "--client-host-memory-in-gb"),
+                                        plan.cluster)
         size = sizing(plan.parameters, plan.num_processes, len(hosts), memory_gb)
         if int(ds["num_files_train"]) < size.num_files_train:
             message = (f"{ds['num_files_train']} training files is below the Rules 3.1.2 minimum of {size.num_files_train} "
@@ -358,7 +363,7 @@ class TrainingBenchmark(Benchmark):
             if self.request.command == "run":
                 self._gate_memory(plan)
         if self.request.command == "datagen":
-            if not data.is_empty() and self.request.arg("overwrite"):
+            if not data.is_empty() and self.request.options.overwrite:
                 log.warning(f"--overwrite: removing the existing dataset at {data}")
                 data.clear()
             data.prepare()
@@ -373,8 +378,8 @@ class TrainingBenchmark(Benchmark):
             dlio.write_workload(scratch, self._workload_name(), plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
             plan.deadline_s = self._deadline(plan)
-            plan.startup = rank_startup(self.request.args, plan.num_processes)
-            run_job(Job(plan.commands[0], "DLIO", stdout, stderr, plan.deadline_s, echo=bool(self.request.arg("verbose")),
+            plan.startup = rank_startup(self.request.launch, plan.num_processes)
+            run_job(Job(plan.commands[0], "DLIO", stdout, stderr, plan.deadline_s, echo=self.request.verbose,
                         progress=self._progress(plan, stderr), startup=plan.startup), leaf, scratch)
 
     def _progress(self, plan: Plan, stderr_log: Path) -> Any:
@@ -390,7 +395,7 @@ class TrainingBenchmark(Benchmark):
         """Drop the page cache on every client host the run uses (not only this one) and record
         each host's outcome; 'dropped' only when every host dropped."""
         assert self.results_dir is not None
-        records = hostinfo.survey(MpiOptions.from_args(self.request.args), plan.num_processes, self.results_dir,
+        records = hostinfo.survey(MpiOptions.of(self.request.launch), plan.num_processes, self.results_dir,
                                   drop_cache=True, label="page-cache drop")
         plan.page_cache["before_run"] = hostinfo.cache_summary(records)
         plan.page_cache["before_run_hosts"] = [{"host": r["host"], "hostname": r["hostname"], "page_cache": r["page_cache"]}
@@ -403,14 +408,14 @@ class TrainingBenchmark(Benchmark):
         emulated compute time of every step."""
         ds, train = plan.parameters["dataset"], plan.parameters.get("train", {})
         data_bytes = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
-        hosts = len(host_slots(MpiOptions.from_args(self.request.args).hosts, plan.num_processes))
+        hosts = len(host_slots(MpiOptions.of(self.request.launch).hosts, plan.num_processes))
         if self.request.command == "datagen":
-            return job_deadline(self.request.args, hosts, io_bytes=data_bytes)
+            return job_deadline(self.request.launch, hosts, io_bytes=data_bytes)
         epochs = int(train.get("epochs", 1))
         steps = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) / max(
             1, int(plan.parameters["reader"]["batch_size"]) * plan.num_processes)
         busy = epochs * steps * float(train.get("computation_time", 0) or 0)
-        return job_deadline(self.request.args, hosts, io_bytes=epochs * data_bytes, busy_s=busy)
+        return job_deadline(self.request.launch, hosts, io_bytes=epochs * data_bytes, busy_s=busy)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         command = self.request.command

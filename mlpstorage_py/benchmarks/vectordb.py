@@ -19,7 +19,8 @@ import yaml
 from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import vectordb_run
 from mlpstorage_py.rules import configs as workloads
-from mlpstorage_py.benchmarks.base import Benchmark, Plan
+from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
+from mlpstorage_py.benchmarks.options import VectorDBOptions
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.results.io import iso_from_epoch, read_json
@@ -35,7 +36,7 @@ RUN_MODES = ("timed", "query_count")
 MAX_DIM = 32768
 DEFAULT_RUNTIME = 60
 DEFAULT_QUERIES = 1000
-# OPEN-only flags and the value CLOSED runs with (a different value makes the run OPEN).
+# OPEN-only flags (VectorDBOptions fields) and the value CLOSED runs with (a different value makes the run OPEN).
 # The server endpoint (--host/--port) is where the database under test runs, not a workload
 # choice, so it does not make a run OPEN.
 OPEN_DEFAULTS = {"seed": 42, "distribution": "uniform", "search_limit": 10,
@@ -75,6 +76,8 @@ def _int(section: dict[str, Any], key: str, where: str, minimum: int = 1) -> int
 
 class VectorDBBenchmark(Benchmark):
     benchmark_type = "vector_database"
+    options_type = VectorDBOptions
+    request: Request[VectorDBOptions]
     engine = "pymilvus / Milvus"
 
     def __init__(self, request) -> None:
@@ -83,8 +86,9 @@ class VectorDBBenchmark(Benchmark):
         from mlpstorage_py.vectordb.backend import package_version
 
         pymilvus = package_version("pymilvus")
-        if request.arg("host") or request.arg("port"):
-            where = f"{request.arg('host') or '127.0.0.1'}:{request.arg('port') or 19530}"
+        opts = request.options
+        if opts.host or opts.port:
+            where = f"{opts.host or '127.0.0.1'}:{opts.port or 19530}"
             self.engine = f"pymilvus {pymilvus} / Milvus server at {where}"
             origin = f"pymilvus of this environment, a client of the Milvus server at {where}"
         else:
@@ -97,16 +101,16 @@ class VectorDBBenchmark(Benchmark):
 
     def works_in_process(self, plan: Plan) -> bool:
         """Milvus Lite is embedded: its reads and writes are this process's."""
-        return not (self.request.arg("host") or self.request.arg("port"))
+        return not (self.request.options.host or self.request.options.port)
 
     def leaf_tail(self) -> Path:
         req = self.request
-        return layout.leaf_tail("vector_database", engine=req.arg("vdb_engine", "milvus"), model=req.model, command=req.command)
+        return layout.leaf_tail("vector_database", engine=req.options.vdb_engine, model=req.model, command=req.command)
 
     # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:
         req = self.request
-        given = req.arg("index_type")
+        given = req.options.index_type
         if given and given.upper() != req.model:
             raise UsageError(f"--index-type {given} differs from the <INDEX> positional {req.model}")
         overrides, verification = self.overrides()
@@ -120,7 +124,7 @@ class VectorDBBenchmark(Benchmark):
                     verification=verification, data_dir=data_dir, engine_identity=self.identity)
         plan.engine_parameters = {"engine": self.engine, "backend": self._backend_kind(parameters)}
         if req.command == "run":
-            vectordb_run.check_clients(req.args, parameters["database"])
+            vectordb_run.check_clients(req.launch.hosts, parameters["database"])
             layout = self.launch_layout(plan)
             if layout is not None:
                 plan.commands = [vectordb_run.rank_command(*layout)]
@@ -132,48 +136,47 @@ class VectorDBBenchmark(Benchmark):
         None: local worker processes, no MPI."""
         if self.request.command != "run":
             return None
-        return vectordb_run.layout(self.request.args, int(plan.parameters["run"]["num_query_processes"]))
+        return vectordb_run.layout(self.request.launch, int(plan.parameters["run"]["num_query_processes"]))
 
     def _backend_kind(self, p: dict[str, Any]) -> str:
         return "milvus-server" if p["database"].get("host") else "milvus-lite"
 
     def _from_flags(self) -> dict[str, Any]:
-        req, a = self.request, self.request.arg
+        req, o = self.request, self.request.options
         index_type = req.model
         p: dict[str, Any] = {
-            "database": {"database": a("vdb_engine", "milvus")},
-            "dataset": {"num_vectors": a("num_vectors"), "dimension": a("dimension"), "num_shards": a("num_shards"),
-                        "vector_dtype": a("vector_dtype", "FLOAT_VECTOR")},
+            "database": {"database": o.vdb_engine},
+            "dataset": {"num_vectors": o.num_vectors, "dimension": o.dimension, "num_shards": o.num_shards,
+                        "vector_dtype": o.vector_dtype},
             "index": {"index_type": index_type},
         }
         if req.command in ("datasize", "datagen"):
-            p["index"]["metric_type"] = a("metric_type", "COSINE")
-            candidates = {"M": a("max_degree"), "ef_construction": a("ef_construction"), "max_degree": a("max_degree"),
-                          "search_list_size": a("search_list_size"), "inline_pq": a("inline_pq"), "nlist": a("nlist")}
+            p["index"]["metric_type"] = o.metric_type
+            candidates = {"M": o.max_degree, "ef_construction": o.ef_construction, "max_degree": o.max_degree,
+                          "search_list_size": o.search_list_size, "inline_pq": o.inline_pq, "nlist": o.nlist}
             for key in families.family(index_type).build:
                 if candidates[key] is not None:
                     p["index"][key] = candidates[key]
         if req.command in ("datagen", "run"):
-            if a("host") or a("port"):  # either selects a server; neither, the embedded Milvus Lite
-                p["database"].update(host=a("host") or "127.0.0.1", port=a("port") or 19530)
-            p["dataset"].update(collection_name=a("collection"), distribution=a("distribution", "uniform"),
-                                seed=a("seed", 42))
-            root = a("data_dir")
+            if o.host or o.port:  # either selects a server; neither, the embedded Milvus Lite
+                p["database"].update(host=o.host or "127.0.0.1", port=o.port or 19530)
+            p["dataset"].update(collection_name=o.collection, distribution=o.distribution, seed=o.seed)
+            root = o.data_dir
             p["storage"] = {"storage_root": str(Path(root).expanduser().resolve()) if root else None,
-                            "storage_type": a("storage_type", "local_fs")}
-        elif a("data_dir"):
-            p["storage"] = {"storage_root": str(Path(a("data_dir")).expanduser().resolve())}
+                            "storage_type": o.storage_type}
+        elif o.data_dir:
+            p["storage"] = {"storage_root": str(Path(o.data_dir).expanduser().resolve())}
         if req.command == "datagen":
-            p["dataset"].update(batch_size=a("batch_size"), chunk_size=a("chunk_size"))
-            p["workflow"] = {"compact": bool(a("compact", False)), "force": bool(a("force", False))}
+            p["dataset"].update(batch_size=o.batch_size, chunk_size=o.chunk_size)
+            p["workflow"] = {"compact": o.compact, "force": o.force}
         if req.command == "run":
-            p["run"] = {"mode": a("run_mode"), "runtime": a("runtime"), "queries": a("queries"),
-                        "num_query_processes": a("num_query_processes", vectordb_run.default_ranks(a("hosts"))),
-                        "batch_size": a("batch_size", 1),
-                        "report_count": a("report_count", 100)}
-            limit = a("search_limit", 10)
-            p["search"] = {"search_limit": limit, "recall_k": limit, "search_ef": a("search_ef"),
-                           "num_query_vectors": a("num_query_vectors", 1000)}
+            p["run"] = {"mode": o.run_mode, "runtime": o.runtime, "queries": o.queries,
+                        "num_query_processes": vectordb_run.default_ranks(req.launch.hosts)
+                        if o.num_query_processes is None else o.num_query_processes,
+                        "batch_size": 1 if o.batch_size is None else o.batch_size,
+                        "report_count": o.report_count}
+            p["search"] = {"search_limit": o.search_limit, "recall_k": o.search_limit, "search_ef": o.search_ef,
+                           "num_query_vectors": o.num_query_vectors}
         return p
 
     def _resolve(self, p: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
@@ -273,7 +276,7 @@ class VectorDBBenchmark(Benchmark):
         if self.request.model not in rules_workloads()["vector_database"]["index_types"]["closed"]:
             reasons.append(f"index {self.request.model}")
         for name, default in OPEN_DEFAULTS.items():
-            value = self.request.arg(name)
+            value = getattr(self.request.options, name)
             if value is not None and value != default:
                 reasons.append(f"--{name.replace('_', '-')} {value}")
         return reasons
@@ -309,7 +312,7 @@ class VectorDBBenchmark(Benchmark):
         else:
             run, search = p["run"], p["search"]
             amount = f"{run['runtime']} s" if run["mode"] == "timed" else f"{run['queries']:,} queries"
-            hosts = req.arg("hosts")
+            hosts = req.launch.hosts
             clients = (f"{run['num_query_processes']} MPI rank(s) over {', '.join(hosts)}" if hosts
                        else f"{run['num_query_processes']} process(es)")
             lines.append(f"  {run['mode']} ({amount}), {clients}, batches of "

@@ -13,10 +13,11 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results.io import iso_from_epoch, write_json
 from mlpstorage_py.results.vdb import VdbSummary
@@ -32,7 +33,7 @@ SPEC_FILE = "query_clients.json"
 
 
 # -- the MPI layout ----------------------------------------------------------------------------
-def default_ranks(hosts: list[str] | None) -> int:
+def default_ranks(hosts: Sequence[str]) -> int:
     """Without -np: the slots given in --hosts, else one rank per host, else one local worker."""
     if not hosts:
         return 1
@@ -41,15 +42,10 @@ def default_ranks(hosts: list[str] | None) -> int:
     return len(hosts)
 
 
-def uses_mpi(args: dict[str, Any]) -> bool:
-    return bool(args.get("hosts"))
-
-
-def check_clients(args: dict[str, Any], database: dict[str, Any]) -> None:
-    """Refuse query clients that could not reach the database (exit 2, before any work)."""
+def check_clients(hosts: Sequence[str], database: dict[str, Any]) -> None:
+    """Refuse query clients on `hosts` (--hosts) that could not reach the database (exit 2, before any work)."""
     from mlpstorage_py.launch.hostnames import is_local, is_loopback
 
-    hosts = args.get("hosts") or []
     remote = [h.split(":")[0] for h in hosts if not is_local(h)]
     if not remote:
         return
@@ -62,13 +58,13 @@ def check_clients(args: dict[str, Any], database: dict[str, Any]) -> None:
                          f"{', '.join(remote)} cannot reach the server there; give an address they can route to")
 
 
-def layout(args: dict[str, Any], processes: int) -> tuple[Any, int] | None:
-    """(MpiOptions, ranks) of the query clients, or None when they are local worker processes."""
-    if not uses_mpi(args):
+def layout(launch: LaunchOptions, processes: int) -> tuple[Any, int] | None:
+    """(MpiOptions, ranks) of the query clients over --hosts, or None when they are local worker processes."""
+    if not launch.hosts:
         return None
     from mlpstorage_py.launch.mpi import MpiOptions
 
-    return MpiOptions.from_args(args), processes
+    return MpiOptions.of(launch), processes
 
 
 def rank_command(opts: Any, processes: int) -> list[str]:
@@ -101,7 +97,7 @@ class QueryRun:
         p = plan.parameters
         ds, index, run, search = p["dataset"], p["index"], p["run"], p["search"]
         index_type, k = index["index_type"], search["search_limit"]
-        mpi = layout(self.request.args, run["num_query_processes"])  # the lifecycle probed these hosts
+        mpi = layout(self.request.launch, run["num_query_processes"])  # the lifecycle probed these hosts
         fs = bench._filesystems(plan)
         db = bench._backend(plan)
         timeouts, poll = db.timeouts, float(bench.config.get("poll_interval_s", 2))
@@ -266,13 +262,13 @@ class QueryRun:
                 "metric_type": metric, "search_params": search["search_params"], "anns_field": VECTOR_FIELD,
                 "runtime": run["runtime"], "total_queries": run["queries"], "report_count": run["report_count"]}
         write_json(leaf / SPEC_FILE, spec)
-        deadline = job_deadline(self.request.args, len(slots), busy_s=busy_seconds(run, processes))
+        deadline = job_deadline(self.request.launch, len(slots), busy_s=busy_seconds(run, processes))
         with self.bench.scratch() as scratch:
             argv = fill(rank_command(opts, processes), leaf, scratch)
             self.plan.commands = [argv]
-            begin = startup(self.request.args, placement(slots))
+            begin = startup(self.request.launch, placement(slots))
             done = run_job(Job(argv, "vectordb query ranks", leaf / "vectordb_ranks.stdout.log",
-                               leaf / "vectordb_ranks.stderr.log", deadline, echo=bool(self.request.arg("verbose")),
+                               leaf / "vectordb_ranks.stderr.log", deadline, echo=self.request.verbose,
                                startup=begin), leaf, scratch)
         docs = read_ranks(leaf, processes)
         measured = aggregate(docs, truth, search["search_limit"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_storage, add_trace, add_universal,
-                                      command_parser, positive_float, positive_int)
+from mlpstorage_py.cli.common import (add_endpoints, add_mpi, add_open_only, add_params, add_storage, add_trace,
+                                      add_universal, command_parser, positive_float, positive_int)
 from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.rules.tables import checker, edition
 
@@ -40,6 +40,7 @@ def register(bench: Any, mode: str) -> None:
                 add_open_only(p, mode, "--o-direct", action="store_true",
                               help="O_DIRECT checkpoint writes and reads (files only; recorded in the leaf)")
                 add_storage(p)
+                add_endpoints(p)
                 add_mpi(p)
                 if name == "run":
                     add_trace(p, mode)

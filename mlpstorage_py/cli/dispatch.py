@@ -1,5 +1,6 @@
 """From argv to what runs it: parse into a plain dict of settings, then run the command table's
-entry argparse picked, or the benchmark. main() and `history rerun` both come through here."""
+entry argparse picked, or the benchmark with the typed request built from them (cli/requests.py).
+main() and `history rerun` both come through here."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     for key, env in ENV_FALLBACKS.items():
         if key in args and not args[key] and os.environ.get(env):
             args[key] = os.environ[env]
-            args[f"_{key}_from"] = env  # where it came from, for what the run prints
+            args[f"_{key}_origin"] = env  # where it came from, for what the run prints
     return args
 
 
@@ -46,6 +47,11 @@ def run(args: dict[str, Any], argv: list[str], started: float) -> int:
     command = args.get("_command")
     if command:
         return command.run(args)
+    from mlpstorage_py.benchmarks import table
+    from mlpstorage_py.cli.requests import build
     from mlpstorage_py.commands import run_benchmark
 
-    return run_benchmark(args, argv, started)
+    row = table.row(args["benchmark"])
+    row.check_storage(args.get("storage") or "file")
+    benchmark_class = row.load()
+    return run_benchmark(benchmark_class, build(args, benchmark_class.options_type, started), argv)

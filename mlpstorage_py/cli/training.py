@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_params, add_storage, add_trace, add_universal, command_parser,
-                                      positive_float, positive_int)
+from mlpstorage_py.cli.common import (add_endpoints, add_mpi, add_params, add_storage, add_trace, add_universal,
+                                      command_parser, positive_float, positive_int)
 from mlpstorage_py.rules.tables import checker, edition
 
 
@@ -64,6 +64,7 @@ def _datagen(p: Any, mode: str) -> None:
     p.add_argument("--num-processes", "-np", type=positive_int, required=True, help="MPI ranks generating data")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset in <data-dir>/<model>")
     add_storage(p)
+    add_endpoints(p)
     add_mpi(p)
     add_trace(p, mode)
     add_dlio_bin_path(p)
@@ -75,6 +76,7 @@ def _run(p: Any, mode: str, accels: list[str]) -> None:
     p.add_argument("--num-accelerators", "-na", type=positive_int, required=True,
                    help="simulated accelerators (= MPI ranks)")
     add_storage(p)
+    add_endpoints(p)
     add_mpi(p)
     add_trace(p, mode)
     add_dlio_bin_path(p)

@@ -153,7 +153,7 @@ def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, d
         program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + \
             (["--drop-cache"] if drop_cache else [])
         argv = mpi_command(opts, ranks, program)
-        deadline = deadline_s or host_facts_deadline({}, ranks)
+        deadline = deadline_s or host_facts_deadline(ranks)
         code = run_logged(argv, stdout_path=tmp / "out.log", stderr_path=tmp / "err.log", cwd=tmp,
                           label=label, deadline_s=deadline)
         if code != 0 or not out.is_file():

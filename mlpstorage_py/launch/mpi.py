@@ -15,6 +15,7 @@ from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.launch.hostnames import is_loopback
 from mlpstorage_py.launch.launchers import (MPICH, OPENMPI, SLURM, SRUN_MPI, Launcher, default_libmpi_prefix,
                                            detect, launcher_libmpi, rank_mpi)
+from mlpstorage_py.launch.options import LaunchOptions
 
 DEFAULT_HOSTS = ["127.0.0.1"]
 # Placeholders in planned commands, filled once the leaf and the scratch directory exist.
@@ -30,7 +31,7 @@ FORWARD_PREFIXES = ("DLIO_", "AWS_", "S3DLIO_", "MLPSTORAGE_", "OMPI_ALLOW_RUN_A
 
 @dataclass
 class MpiOptions:
-    """The MPI flags of one command, as parsed by the CLI."""
+    """The MPI flags of one command, resolved for the launcher (the defaults applied)."""
 
     hosts: list[str] = field(default_factory=lambda: list(DEFAULT_HOSTS))
     mpi_bin: str | None = None  # None: srun inside a Slurm allocation, else mpirun
@@ -39,16 +40,17 @@ class MpiOptions:
     extra: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_args(cls, args: dict) -> "MpiOptions":
+    def of(cls, launch: LaunchOptions) -> "MpiOptions":
+        """The launch options of a command with the defaults applied and --mpi-params split."""
         extra: list[str] = []
-        for chunk in args.get("mpi_params") or []:
+        for chunk in launch.mpi_params:
             try:
                 extra.extend(shlex.split(chunk))
             except ValueError as exc:  # an unbalanced quote: bad input, not an internal error
                 raise UsageError(f"--mpi-params {chunk!r}: {exc}") from None
-        return cls(hosts=list(args.get("hosts") or DEFAULT_HOSTS), mpi_bin=args.get("mpi_bin") or None,
-                   oversubscribe=bool(args.get("oversubscribe")),
-                   allow_run_as_root=bool(args.get("allow_run_as_root")) or os.geteuid() == 0,
+        return cls(hosts=list(launch.hosts or DEFAULT_HOSTS), mpi_bin=launch.mpi_bin or None,
+                   oversubscribe=launch.oversubscribe,
+                   allow_run_as_root=launch.allow_run_as_root or os.geteuid() == 0,
                    extra=extra)
 
 

@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
 from mlpstorage_py.launch import process
 from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import check_hosts, remote_shell
 from mlpstorage_py.results import io_trace
@@ -370,7 +371,7 @@ def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: f
         plan = [("localhost", common)]
     made = distiller.jobs(trace, meta)[0]
     total = sum(j.read_bytes + j.write_bytes for j in made)
-    deadline = job_deadline({}, len(plan), io_bytes=total) + (runtime_cap or 0)
+    deadline = job_deadline(LaunchOptions(), len(plan), io_bytes=total) + (runtime_cap or 0)
     mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
     limit = mib * MIB + 2 * fio_buffers(made) + dirty_held(made) if mib else 0
     return Plan(leaf, directory, trace, meta, fio, text, job_file, written, hosts, plan, limit, made, deadline)
