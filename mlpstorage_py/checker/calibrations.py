@@ -122,7 +122,7 @@ def recalibrate(f: Finding, unit: Any, rows: list[Calibration]) -> Finding:
     if f.severity != INVALID:
         return f
     for cal in rows:
-        if cal.match is not None and cal.match.search(f.message) and WHEN[cal.when](unit):
+        if cal.match is not None and cal.when is not None and cal.match.search(f.message) and WHEN[cal.when](unit):
             letter = letter_of(unit)
             return Finding(f.rule, f.name, cal.severity(letter), f.path, cal.message(f.message, letter))
     return f

@@ -12,7 +12,7 @@ its filter from these functions and says why.
 from __future__ import annotations
 
 import functools
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
 from mlpstorage_py.rules import tables
@@ -26,20 +26,22 @@ def per_unit(func: Callable[[U], T]) -> Callable[[U], T]:
     """Remember func's answer for the last unit asked: a unit's checks run one after another,
     and several ask the same fixed fact of it, so it is worked out once. The unit is held (one
     object, whose records its system's release drops), so no other can take its identity."""
-    last: list = [None, None]  # the unit, its answer
+    last: list[Any] = [None, None]  # the unit, its answer
 
     @functools.wraps(func)
     def asked(unit: U) -> T:
         if last[0] is not unit:
             last[1] = func(unit)
             last[0] = unit
-        return last[1]
+        return cast(T, last[1])
     return asked
 
 
 def package_of(unit: Unit) -> Package:
     """The unit's package: a leaf and a system hold it, a result reaches it through its system."""
-    return unit.system.package if isinstance(unit, Result) else unit.package
+    package = unit.system.package if isinstance(unit, Result) else unit.package
+    assert package is not None, "the checker reads a leaf within its package"
+    return package
 
 
 def system_name(unit: Unit) -> str:
@@ -49,17 +51,17 @@ def system_name(unit: Unit) -> str:
     return unit.system.name if isinstance(unit, Result) else unit.system
 
 
-def checker_block(unit: Unit) -> dict:
+def checker_block(unit: Unit) -> dict[str, Any]:
     """The checker block of the edition the unit's submission declares; {} when it is not checkable."""
     return tables.checker(package_of(unit).edition_of(unit.division, unit.org))
 
 
-def families(unit: Unit) -> dict:
+def families(unit: Unit) -> dict[str, Any]:
     """{family: {model: [accelerators]}} the unit's edition sanctions in its division."""
     return tables.edition(package_of(unit).edition_of(unit.division, unit.org)).get(unit.division) or {}
 
 
-def sanctioned(unit: Unit, family: str) -> dict:
+def sanctioned(unit: Unit, family: str) -> dict[str, Any]:
     """{model: [accelerators]} the unit's edition sanctions for one family in its division."""
     return families(unit).get(family) or {}
 
@@ -71,7 +73,7 @@ def judged_system(system: System) -> bool:
 
 
 @per_unit
-def judged(unit: Leaf | Result) -> dict:
+def judged(unit: Leaf | Result) -> dict[str, Any]:
     """The checker block that judges a leaf or result, {} when the rules pass it by: its
     edition is not checkable, its system directory is dot-prefixed or its model is not one the
     edition sanctions for its benchmark."""
@@ -81,7 +83,7 @@ def judged(unit: Leaf | Result) -> dict:
     return block
 
 
-def stamped_checker_block(leaf: Leaf) -> dict:
+def stamped_checker_block(leaf: Leaf) -> dict[str, Any]:
     """The checker block of the edition the leaf's provenance stamp names (the current edition
     for an unknown stamp): section 3 reads its numbers from the edition the run was made under,
     not from the one the package declares."""

@@ -92,8 +92,9 @@ class Rule:
         a rule that compares systems collects what it compares, never the records."""
         pkg.notes.setdefault(self.number, []).append(item)
 
-    def notes(self, pkg: Any) -> list:
-        return pkg.notes.get(self.number, [])
+    def notes(self, pkg: Any) -> list[Any]:
+        left: list[Any] = pkg.notes.get(self.number, [])
+        return left
 
     def run(self, check: Check, unit: Any) -> list[Finding]:
         """One check's findings on one unit; a crash is itself a finding, never a silent pass."""

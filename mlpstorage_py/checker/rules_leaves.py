@@ -225,7 +225,7 @@ def _dlio_config(r: Rule, unit: Leaf, parent: str) -> Iterable[Finding]:
             yield r.invalid(path, f"dlio_config/{name} is {'missing' if kind is None else f'a {kind}'}")
             continue
         shape, problem = yaml_shape(path, "workload" if name == "config.yaml" else None)
-        if problem is None:
+        if problem is None and shape is not None:
             shape_ok = {"config.yaml": shape.value_kind == MAPPING, "overrides.yaml": shape.kind in (None, SEQUENCE)}.get(
                 name, shape.kind == MAPPING and not shape.empty)
             if not shape_ok:
@@ -319,7 +319,7 @@ def _dlio_log(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     text, problem = read_text(path, LOG_READ_LIMIT)
     if problem:
         yield r.invalid(path, problem)
-    elif not LOG_RECORD.search(text):
+    elif not LOG_RECORD.search(text or ""):
         size = path.stat().st_size
         yield r.invalid(path, f"dlio.log ({size} bytes) holds no timestamped log record: "
                               "empty, pruned or a placeholder")

@@ -22,7 +22,7 @@ from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, kind
 from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
 from mlpstorage_py.checker import judging
-from mlpstorage_py.checker.judging import checker_block, families, judged_system, sanctioned
+from mlpstorage_py.checker.judging import checker_block, families, judged_system, package_of, sanctioned
 from mlpstorage_py.checker.registry import LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.system_schema import description_shape
@@ -336,7 +336,7 @@ def _description_files(r: Rule, pkg: Package, division: str, org: str, stem: str
     if "pdf" in exts:
         pdf = pkg.root / division / org / "systems" / f"{stem}.pdf"
         head, problem = read_text(pdf, 8)
-        if problem is None and not head.startswith("%PDF"):
+        if problem is None and not (head or "").startswith("%PDF"):
             yield r.invalid(pdf, f"{stem}.pdf is not a PDF document")
 
 
@@ -439,7 +439,7 @@ def _recorded_client_hosts(leaf: Leaf) -> int | None:
 
 def _described_clients(leaf: Leaf) -> int | None:
     """The client hosts systems/<system>.yaml describes (the sum of its clients' quantities)."""
-    sut, problem, _ = leaf.package.system_description(leaf.division, leaf.org, leaf.system)
+    sut, problem, _ = package_of(leaf).system_description(leaf.division, leaf.org, leaf.system)
     clients = dig(sut, "clients") if problem is None else None
     if not isinstance(clients, list) or not clients:
         return None
@@ -489,7 +489,7 @@ def identical_system(r: Rule, system: System) -> Iterable[Finding]:
     """Every run under one system name records the same client hosts (memory, cores, OS), and the ones its description states."""
     yield from description_drift(r, system)
     leaves = [leaf for leaf in system.leaves if leaf.command in COMPARED.get(leaf.benchmark, ()) and judged(leaf)]
-    first: dict[tuple[str, str], tuple[Leaf, dict]] = {}
+    first: dict[tuple[str, str], tuple[Leaf, dict[str, Any]]] = {}
     for leaf in sorted(leaves, key=lambda found: (found.path.name, str(found.path))):
         for key, profile in sorted(_host_profiles(leaf).items()):
             if key not in first:

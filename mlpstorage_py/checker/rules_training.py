@@ -6,7 +6,7 @@ import math
 import posixpath
 import statistics
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from mlpstorage_py.results.summary import training as training_figures
 from mlpstorage_py.results.tree import files
@@ -93,7 +93,8 @@ def accelerator_utilization(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(leaf.path, f"no AU to check: {leaf.broken('summary')}")
         return
     summary = leaf.summary or {}
-    metric = summary.get("metric") if isinstance(summary.get("metric"), dict) else {}
+    metric = summary.get("metric")
+    metric = metric if isinstance(metric, dict) else {}
     minimum = stamped_checker_block(leaf)["training_au_thresholds"].get(leaf.model)
     au = metric.get("train_au_mean_percentage")
     if au is None and metric.get("train_au_percentage"):
@@ -107,14 +108,14 @@ def accelerator_utilization(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(leaf.path, f"train_au_meet_expectation is {metric.get('train_au_meet_expectation')!r}, not 'success'")
 
 
-def _dataset(leaf: Leaf) -> dict:
+def _dataset(leaf: Leaf) -> dict[str, Any]:
     dataset = dig(leaf.metadata, "parameters", "dataset")
     return dataset if isinstance(dataset, dict) else {}
 
 
-def _int(value: object) -> int | None:
+def _int(value: Any) -> int | None:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -144,7 +145,7 @@ def datagen_minimum(r: Rule, result: Result) -> Iterable[Finding]:
                 yield r.invalid(gen.path, f"datagen made {generated} files, datasize {sized.path.name} asked for {needed}")
 
 
-def _recorded_dataset(leaf: Leaf) -> tuple[dict | None, str]:
+def _recorded_dataset(leaf: Leaf) -> tuple[dict[str, Any] | None, str]:
     """The dataset block a leaf ran with: its metadata's parameters.dataset, else its
     dlio_config/config.yaml (a published datagen leaf may keep only its configs)."""
     for where, block in (("metadata parameters.dataset", dig(leaf.metadata, "parameters", "dataset")),
@@ -168,11 +169,14 @@ def _subfolders(run: Leaf, datagen: list[Leaf]) -> Iterable[str]:
     if block is None:
         return
     folder = block.get("data_folder")
-    made = [(g, *_recorded_dataset(g)) for g in datagen]
-    made = [m for m in made if m[1] is not None]
+    made: list[tuple[Leaf, dict[str, Any], str]] = []
+    for g in datagen:
+        found, at = _recorded_dataset(g)
+        if found is not None:
+            made.append((g, found, at))
     same = [m for m in made if folder is not None and m[1].get("data_folder") == folder] or made
     for key in ("num_subfolders_train", "num_subfolders_eval"):
-        want = {_int(m[1].get(key, 0)) for m in same} - {None}
+        want = {n for m in same if (n := _int(m[1].get(key, 0))) is not None}
         used = _int(block.get(key, 0))
         if want and used is not None and used not in want:
             names = ", ".join(f"{g.path.name} ({w})" for g, _, w in same)
@@ -186,8 +190,8 @@ def run_matches_datasize(r: Rule, result: Result) -> Iterable[Finding]:
     The datagen half needs no datasize leaf: a workload without one (3.1.1) is still judged on it."""
     datagen = result.phase("datagen")
     for run in result.phase("run"):
-        for problem in _subfolders(run, datagen):
-            yield r.invalid(run.path, problem)
+        for mismatch in _subfolders(run, datagen):
+            yield r.invalid(run.path, mismatch)
         used = _files_used(run)
         if used is None:
             continue
@@ -199,8 +203,9 @@ def run_matches_datasize(r: Rule, result: Result) -> Iterable[Finding]:
             if needed is not None and used < needed:
                 yield r.invalid(run.path, f"run used {used} files, datasize {sized.path.name} recorded {needed}")
         generated = [_int((_recorded_dataset(g)[0] or {}).get("num_files_train")) for g in datagen]
-        if generated and all(g is not None for g in generated) and used > max(generated):
-            yield r.invalid(run.path, f"run used {used} files, datagen made only {max(generated)}")
+        counted = [g for g in generated if g is not None]
+        if generated and len(counted) == len(generated) and used > max(counted):
+            yield r.invalid(run.path, f"run used {used} files, datagen made only {max(counted)}")
         declared = (run.metadata or {}).get("datagen_manifest_file")
         if declared and not isinstance(declared, str):
             yield r.invalid(run.path, f"metadata's datagen_manifest_file is a {type(declared).__name__}, not a file name")
@@ -223,7 +228,7 @@ def _hosts(leaf: Leaf) -> int:
     return _int((leaf.summary or {}).get("num_hosts")) or 1
 
 
-def _system_under_test(system: System) -> dict:
+def _system_under_test(system: System) -> dict[str, Any]:
     """systems/<system>.yaml's system_under_test block, {} when it is missing or unreadable."""
     return system.package.system_description(system.division, system.org, system.name)[0] or {}
 
@@ -258,7 +263,7 @@ def identical_accelerators(r: Rule, run: Leaf) -> Iterable[Finding]:
         yield r.invalid(run.path, f"{count} accelerators cannot be identical across {hosts} hosts")
 
 
-def _host_records(leaf: Leaf) -> list[dict]:
+def _host_records(leaf: Leaf) -> list[dict[str, Any]]:
     meta = leaf.metadata or {}
     for block in (meta.get("cluster_information"), meta.get("system_info")):
         if isinstance(block, dict) and isinstance(block.get("hosts"), list):

@@ -8,7 +8,7 @@ run-against-run comparison of the same rule stays in rules_structure.identical_s
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from mlpstorage_py.results import host_sidecar
 from mlpstorage_py.results.host_profile import differences, host_records
@@ -29,11 +29,12 @@ def description_drift(r: Rule, system: System) -> Iterable[Finding]:
     if not isinstance(clients, list) or not clients:
         return  # 2.1.7 / 2.1.8 report a missing or empty description
     text, unread = read_text(host_sidecar.path_for(path))
-    hosts = (host_sidecar.parse(text) if unread is None else None) or {}
+    hosts = (host_sidecar.parse(text) if text is not None and unread is None else None) or {}
     described = f"systems/{path.name}" + (f" and {host_sidecar.path_for(path).name}" if hosts else "")
     for leaf, records in surveyed:
         for record in records:
-            entries = [hosts[record["hostname"]]] if record["hostname"] in hosts else list(hosts.values()) or [None]
+            entries: list[dict[str, Any] | None] = \
+                [hosts[record["hostname"]]] if record["hostname"] in hosts else [*hosts.values()] or [None]
             diffs = min((differences(record, client, entry) for client in clients for entry in entries), key=len)
             if diffs:
                 yield r.warning(leaf.path,

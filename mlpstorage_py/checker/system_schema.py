@@ -162,7 +162,7 @@ class Shape:
         if kind == "str":
             if not isinstance(value, str):
                 wrong = f"is {value!r}, not a string (quote it)"
-            elif len(value.strip()) < low:
+            elif len(value.strip()) < (low or 0):
                 wrong = "is empty"
         elif kind == "bool":
             if not isinstance(value, bool):
@@ -184,8 +184,9 @@ class Shape:
         """The reference's rule 12: no more PSUs must be active than are installed."""
         need, psus = as_int(power.get("min_psus_active")), power.get("psus_configured")
         counts = [as_int(p.get("unit_count")) if isinstance(p, dict) else None for p in psus] if isinstance(psus, list) else [None]
-        if need is not None and None not in counts and need > sum(counts):
-            self.add(_join(path, "min_psus_active"), f"is {need}, more than the {sum(counts)} PSU(s) configured")
+        known = [count for count in counts if count is not None]
+        if need is not None and len(known) == len(counts) and need > sum(known):
+            self.add(_join(path, "min_psus_active"), f"is {need}, more than the {sum(known)} PSU(s) configured")
 
     def _network_port_rule(self, port: dict[str, Any], path: str) -> None:
         """A port that is up states its speed and what traffic it carries."""
@@ -229,7 +230,7 @@ class Shape:
         if location in cross["local_locations"] and groups["product_switches"]:
             self.add(f"{path}.product_switches", f"must be absent when storage_location is {location!r}")
 
-    def _onprem(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str, remote: bool, location: str | None) -> None:
+    def _onprem(self, sut: dict[str, Any], groups: dict[str, list[dict[str, Any]]], path: str, remote: bool, location: str | None) -> None:
         for key in ("product_nodes", "clients"):
             for i, node in enumerate(groups[key]):
                 if isinstance(node.get("chassis"), dict):
@@ -243,18 +244,19 @@ class Shape:
                                               "the storage hardware and its power supplies must be itemized (the results "
                                               "table's Provisioned Power (W) is derived from them)", rejected=True)
 
-    def _cloud(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str) -> None:
+    def _cloud(self, sut: dict[str, Any], groups: dict[str, list[dict[str, Any]]], path: str) -> None:
         for key in ("product_switches", "rack_power_supplies"):
             if sut.get(key):
                 self.add(f"{path}.{key}", "must be absent for a cloud deployment")
         for key in ("product_nodes", "clients"):
             for i, node in enumerate(groups[key]):
-                chassis = node.get("chassis") if isinstance(node.get("chassis"), dict) else {}
+                chassis = node.get("chassis")
+                chassis = chassis if isinstance(chassis, dict) else {}
                 for field in ("rack_units", "power"):
                     if chassis.get(field) is not None:
                         self.add(f"{path}.{key}[{i}].chassis.{field}", "must be absent for a cloud deployment")
 
-    def _rack_units(self, sut: dict[str, Any], groups: dict[str, list[dict]], path: str) -> None:
+    def _rack_units(self, sut: dict[str, Any], groups: dict[str, list[dict[str, Any]]], path: str) -> None:
         """The reference's rule 11: total_rack_units is the itemized sum (clients excluded)."""
         total = as_int(sut.get("total_rack_units"))
         if total is None:
@@ -264,8 +266,8 @@ class Shape:
         switches = [(as_int(s.get("rack_units")), as_int(s.get("unit_count"))) for s in groups["product_switches"]]
         if any(units is not None and count is None for units, count in nodes + switches):
             return  # a count the type checks report
-        node_units = sum(u * c for u, c in nodes if u is not None)
-        switch_units = sum(u * c for u, c in switches if u is not None)
+        node_units = sum(u * c for u, c in nodes if u is not None and c is not None)
+        switch_units = sum(u * c for u, c in switches if u is not None and c is not None)
         if total != node_units + switch_units:
             self.add(f"{path}.total_rack_units", f"is {total}, but the itemized rack units sum to {node_units + switch_units} "
                                                  f"(product_nodes {node_units} + product_switches {switch_units}; clients "

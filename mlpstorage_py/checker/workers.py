@@ -5,6 +5,8 @@ share order."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from mlpstorage_py.checker.registry import PACKAGE, Rule
 from mlpstorage_py.checker.runner import Found, by_scope, check_package
 from mlpstorage_py.results.tree import shares
@@ -45,7 +47,7 @@ def _ahead(pkg: Package) -> None:
     pkg.result_names  # noqa: B018 - a kept property, worked out now
 
 
-def _walk(pkg: Package, share: shares.Share, rules: list[Rule]) -> tuple[Found, dict]:
+def _walk(pkg: Package, share: shares.Share, rules: list[Rule]) -> tuple[Found, dict[str, list[Any]]]:
     """A share's findings and the notes its checks left, taken off the package (the caller
     merges them in share order, whichever process walked the share)."""
     before = {number: len(items) for number, items in pkg.notes.items()}
