@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 if TYPE_CHECKING:
     from mlpstorage_py.launch.watch import Watch
@@ -81,7 +81,7 @@ def started_line(rank: int, host: str, pid: int) -> str:
     return f"{TAG} {json.dumps({'rank': rank, 'host': host, 'pid': pid})}"
 
 
-def parse(line: str) -> dict | None:
+def parse(line: str) -> dict[str, Any] | None:
     """The report in a line of the job's output (a launcher may put a tag such as
     `[1,0]<stdout>:` before it), or None."""
     at = line.find(TAG + " ")

@@ -50,7 +50,7 @@ def probe_hosts(hosts: list[str], deadline_s: float = DEADLINE_S, env: dict[str,
     options = ["-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "BatchMode=yes"] if "ssh" in os.path.basename(shell[0]) else []
     started = time.monotonic()
     results: dict[str, Probe] = {}
-    children: dict[str, subprocess.Popen] = {}
+    children: dict[str, subprocess.Popen[bytes]] = {}
     for name in names:
         if is_local(name):
             results[name] = Probe(name, True, "local", 0.0)

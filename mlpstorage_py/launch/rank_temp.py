@@ -61,7 +61,8 @@ def sweep(base: str, hostname: str | None = None) -> list[str]:
     """Remove the rank directories of this host (or `hostname`, one whose processes share this
     host's process table) under `base` whose process is gone (a rank killed outright); returns
     their names. Only real directories of this user; a link is never followed."""
-    tag, removed = host_tag(hostname), []
+    tag = host_tag(hostname)
+    removed: list[str] = []
     try:
         entries = list(os.scandir(base))
     except OSError:

@@ -19,6 +19,7 @@ import re
 import shutil
 import socket
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from mlpstorage_py.launch.pids import alive
@@ -27,7 +28,7 @@ from mlpstorage_py.results.logs import log
 SESSION_DIR = re.compile(r"^(?:ompi|prte|prterun|prted)\.(\d+)$")
 
 
-def session_base(env: dict[str, str] | None = None) -> Path:
+def session_base(env: Mapping[str, str] | None = None) -> Path:
     """Where PRRTE puts session directories: its MCA setting, else TMPDIR, TEMP, TMP, else /tmp."""
     env = os.environ if env is None else env
     for name in ("PRTE_MCA_prte_tmpdir_base", "TMPDIR", "TEMP", "TMP"):

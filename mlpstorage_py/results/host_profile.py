@@ -38,7 +38,7 @@ KERNEL_SYSCTL = "kernel.osrelease"
 def networking(nics: Any) -> list[dict[str, Any]]:
     """Physical NICs grouped as the description lists them: unit_count, type, state (up, down, or
     None), speed in whole Gb/s (None where the driver does not say, or under 1 Gb/s)."""
-    groups: dict[tuple, dict[str, Any]] = {}
+    groups: dict[tuple[Any, str | None, int | None], dict[str, Any]] = {}
     for nic in nics if isinstance(nics, list) else []:
         if not isinstance(nic, dict):
             continue
@@ -131,8 +131,9 @@ BOOT_MOUNTS = frozenset({"/", "/boot", "/boot/efi"})
 def is_boot_drive(device: dict[str, Any]) -> bool:
     """The record says this device boots the host: a `boot` flag, or a `mounts` list holding the
     root or boot file system. The published descriptions leave a client's boot drive out."""
-    if isinstance(device.get("boot"), bool):
-        return device["boot"]
+    boot = device.get("boot")
+    if isinstance(boot, bool):
+        return boot
     mounts = device.get("mounts")
     return isinstance(mounts, list) and any(str(m) in BOOT_MOUNTS for m in mounts)
 
@@ -153,8 +154,9 @@ def _drive_groups(recorded: list[dict[str, Any]], described: list[Any]) -> list[
     want: Counter[str] = Counter()
     named: dict[str, str] = {}
     for group in described:
-        if isinstance(group, dict) and _known(group.get("model_name")) and _count(group.get("unit_count")) is not None:
-            want[_norm(group["model_name"])] += _count(group["unit_count"])
+        units = _count(group.get("unit_count")) if isinstance(group, dict) else None
+        if isinstance(group, dict) and _known(group.get("model_name")) and units is not None:
+            want[_norm(group["model_name"])] += units
             named.setdefault(_norm(group["model_name"]), str(group["model_name"]))
     return [f"drives of model {named[model]!r}: {have[model]} recorded (described {count})"
             for model, count in sorted(want.items()) if data[model] > count or have[model] + unknown < count]

@@ -149,7 +149,7 @@ def require_org(results_dir: Path) -> str:
 def tree_orgs(results_dir: Path) -> list[str]:
     """Organizations a tree holds as <division>/<org>/ (closed, open), sorted, never following a link:
     a published package has no sentinel, and may hold several submitters."""
-    found = set()
+    found: set[str] = set()
     for division in ("closed", "open"):
         base = results_dir / division
         if base.is_dir() and not base.is_symlink():

@@ -125,7 +125,7 @@ def _block(lines: list[Line], i: int, depth: int) -> tuple[Any, int]:
     return _mapping(lines, i, indent, depth)
 
 
-def _sequence(lines: list[Line], i: int, indent: int, depth: int) -> tuple[list, int]:
+def _sequence(lines: list[Line], i: int, indent: int, depth: int) -> tuple[list[Any], int]:
     items: list[Any] = []
     end = len(lines)
     while i < end:
@@ -148,7 +148,7 @@ def _sequence(lines: list[Line], i: int, indent: int, depth: int) -> tuple[list,
     return items, i
 
 
-def _mapping(lines: list[Line], i: int, indent: int, depth: int) -> tuple[dict, int]:
+def _mapping(lines: list[Line], i: int, indent: int, depth: int) -> tuple[dict[Any, Any], int]:
     mapping: dict[Any, Any] = {}
     end = len(lines)
     while i < end:

@@ -31,14 +31,15 @@ from mlpstorage_py.results.tree import fast_yaml
 try:
     import orjson
 except ImportError:  # the standard parser alone: the same data and the same errors, more slowly
-    orjson = None
+    orjson = None  # type: ignore[assignment]  # None stands for the missing module, as checked where used
 
 DIR, FILE, LINK, OTHER = "directory", "file", "symbolic link", "special file"
 Entry = tuple[str, str, Path]
 SAFE_LOADER = fast_yaml.LOADER  # libyaml when available: same data, much faster
 # libyaml's parser alone, where there is one: judging a shape from its events needs neither the
 # loader's constructor nor its resolver, whose set-up cost more than parsing a small file.
-_EVENT_PARSER: Any = yaml.cyaml.CParser if getattr(yaml, "__with_libyaml__", False) else None
+# (The stubs take CParser into yaml.cyaml from yaml._yaml without exporting it.)
+_EVENT_PARSER: Any = yaml.cyaml.CParser if getattr(yaml, "__with_libyaml__", False) else None  # type: ignore[attr-defined]
 UNREADABLE = "__unreadable__"
 
 
@@ -77,7 +78,7 @@ _entries: dict[Key, tuple[Entry, ...]] = {}
 _contents: dict[Key, _Content] = {}
 _json: dict[Key, tuple[Any, ValueError | None]] = {}
 _yaml: dict[Key, tuple[Any, yaml.YAMLError | None]] = {}
-_CACHES = (_listings, _entries, _contents, _json, _yaml)
+_CACHES: tuple[dict[Key, Any], ...] = (_listings, _entries, _contents, _json, _yaml)
 
 
 def start(root: Path) -> None:
@@ -174,9 +175,9 @@ def _child(directory: Path, key: Key, name: str) -> Path:
     """child(), given the directory's string."""
     if _make_child is None:
         return directory / name
-    path = _make_child(directory, name)
+    path: Path = _make_child(directory, name)
     if _PRESET_STR and key not in (".", "/"):  # those two are formatted otherwise ("name", "/name")
-        path._str = f"{key}/{name}"
+        path._str = f"{key}/{name}"  # type: ignore[attr-defined]  # pathlib's own slot, where _PRESET_STR found it
     return path
 
 
@@ -289,7 +290,8 @@ def _text(path: Path, key: Key, limit: int | None = None) -> tuple[str | None, s
     content = _content(key)
     if content.error is not None:
         return None, f"{path.name} cannot be read: {content.error.strerror or content.error}", None
-    return content.text if limit is None else content.text[:limit], None, content
+    text = content.text or ""  # read without an error: the text
+    return text if limit is None else text[:limit], None, content
 
 
 def _strict_text(path: Path, key: Key) -> tuple[_Content | None, str | None]:
@@ -347,12 +349,12 @@ def _json_loads(text: str, raw: bytes | None = None) -> Any:
     return json.loads(text)
 
 
-def _parsed_json(key: Key, content: _Content, text: str) -> tuple[Any, ValueError | None]:
+def _parsed_json(key: Key, content: _Content | None, text: str) -> tuple[Any, ValueError | None]:
     """The file's JSON value or the error json gives for `text` (its text as read, strictly or not)."""
     found = _json.get(key)
     if found is None:
         try:
-            found = _json_loads(text, content.raw if content.text is text else None), None
+            found = _json_loads(text, content.raw if content is not None and content.text is text else None), None
         except ValueError as exc:
             found = None, exc
         except RecursionError:  # nesting deeper than the parser goes: as malformed as a syntax error
@@ -365,7 +367,7 @@ def load_json(path: Path) -> tuple[Any, str | None]:
     """(data, None) or (None, why the file is missing, linked, unreadable or not JSON)."""
     key = str(path)
     text, problem, content = _text(path, key)
-    if problem:
+    if problem or text is None:
         return None, problem
     data, exc = _parsed_json(key, content, text)
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
@@ -377,7 +379,7 @@ def load_strict_json(path: Path, regular: bool = False) -> tuple[Any, str | None
     the path's kind from its listing, a regular file, so it is not looked up again."""
     key = str(path)
     content, problem = _strict_file(path, key) if regular else _strict_text(path, key)
-    if problem:
+    if problem or content is None or content.text is None:
         return None, problem
     data, exc = _parsed_json(key, content, content.text)
     return (None, f"{path.name} is not valid JSON ({exc})") if exc else (data, None)
@@ -387,7 +389,7 @@ def _or_unreadable(path: Path, parse: Any) -> Any:
     """Parsed data, or {"__unreadable__": reason} so one bad file is a finding, not a crash."""
     key = str(path)
     content, problem = _strict_text(path, key)
-    if problem:
+    if problem or content is None:
         return {UNREADABLE: problem}
     data, exc = parse(key, content, content.text)
     return {UNREADABLE: f"{path.name}: {exc}"} if exc else data
@@ -461,7 +463,7 @@ def yaml_shape(path: Path, key: str | None = None) -> tuple[Shape | None, str | 
     """(shape, None) of a YAML document, or (None, why the file is missing, linked, unreadable
     or not YAML). Judging a file is cheaper than composing or loading it, and nothing is kept."""
     text, problem = read_text(path)
-    if problem:
+    if problem or text is None:
         return None, problem
     composed = _compose_only(text) or _EVENT_PARSER is None
     loader = SAFE_LOADER(text) if composed else _EVENT_PARSER(text)
@@ -499,7 +501,7 @@ def load_yaml(path: Path) -> tuple[Any, str | None]:
     """(data, None) or (None, why the file is missing, linked, unreadable or not YAML)."""
     key = str(path)
     text, problem, content = _text(path, key)
-    if problem:
+    if problem or text is None:
         return None, problem
     data, exc = _parsed_yaml(key, content, text)
     return (None, _yaml_problem(path, exc)) if exc else (data, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -15,11 +15,11 @@ TIMESTAMP = re.compile(r"^\d{8}_\d{6}$")
 
 @functools.cache
 def table() -> dict[str, Any]:
-    return yaml.safe_load(TABLE_PATH.read_text())
+    return cast(dict[str, Any], yaml.safe_load(TABLE_PATH.read_text()))
 
 
 def benchmarks() -> dict[str, dict[str, Any]]:
-    return table()["benchmarks"]
+    return cast(dict[str, dict[str, Any]], table()["benchmarks"])
 
 
 def leaf_tail(benchmark: str, **names: str) -> Path:
@@ -34,7 +34,7 @@ def leaf_depth(benchmark: str) -> int:
 
 
 def record_kinds() -> dict[str, dict[str, Any]]:
-    return table()["records"]
+    return cast(dict[str, dict[str, Any]], table()["records"])
 
 
 DIVISIONS: tuple[str, ...] = tuple(table()["divisions"])

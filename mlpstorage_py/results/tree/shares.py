@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, cast
 
 from mlpstorage_py.results.tree.aside import settle
 from mlpstorage_py.results.tree.package import Package, System, uncollected
@@ -82,7 +82,7 @@ def walk(systems: list[System], func: Callable[[Share], T], workers: int,
     # a full collection over a large package's listing held the next share's start by 0.6 s.
     with uncollected():
         sent = _forked(parts, func, workers, meanwhile)
-    return [got[0] if got is not None else func(part) for part, got in zip(parts, sent)]
+    return [got[0] if got is not None else func(part) for part, got in zip(parts, sent, strict=True)]
 
 
 def _forked(parts: list[Share], func: Callable[[Share], T], workers: int,
@@ -104,7 +104,7 @@ def _forked(parts: list[Share], func: Callable[[Share], T], workers: int,
             meanwhile()
             meanwhile = _nothing
             soonest = min(d for _, _, d in running.values())
-            ready = wait(list(running), timeout=max(0.0, soonest - time.monotonic()))
+            ready = cast(list[Connection], wait(list(running), timeout=max(0.0, soonest - time.monotonic())))
             overdue = [r for r, (_, _, d) in running.items() if r not in ready and d <= time.monotonic()]
             for receive in ready + overdue:
                 index, process, _ = running.pop(receive)

@@ -36,7 +36,7 @@ def leaf_records(directory: Path, pattern: str) -> list[Path]:
     return sorted(found)
 
 
-def _entries(directory: Path) -> list[os.DirEntry]:
+def _entries(directory: Path) -> list[os.DirEntry[str]]:
     """A directory's entries; none when it is a link (never listed through), missing or not a
     directory."""
     try:
