@@ -88,7 +88,8 @@ def test_the_request_is_typed_and_the_record_is_the_command_line(monkeypatch) ->
 def test_a_flag_left_out_keeps_the_fields_default() -> None:
     args = parse(["closed", "vectordb", "HNSW", "run"])
     options = build(args, table.row("vectordb").load().options_type, 0.0).options
-    assert (options.seed, options.search_limit, options.batch_size, options.host) == (42, 10, 1, None)
+    # CLOSED has no --seed or --search-limit: None, and the plan takes the edition's CLOSED value
+    assert (options.seed, options.search_limit, options.batch_size, options.host) == (None, None, 1, None)
 
 
 BELOW_CLI = [p for p in PACKAGE.rglob("*.py") if p.parent.name in ("benchmarks", "launch", "trace")

@@ -30,6 +30,7 @@ from mlpstorage_py.launch.job import Job, run_job
 from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
+from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 
@@ -114,14 +115,18 @@ class CheckpointingBenchmark(Benchmark):
         closed = req.mode == "closed"
         subset = req.options.checkpoint_subset
         if closed:
-            if subset and (model != "llama3-8b" or processes != 8):
-                raise GateRefused("a CLOSED subset run must be llama3-8b on exactly 8 processes (Rules 4.3.5)")
+            subset_model, subset_processes = predicates.checkpoint_subset(rules)
+            if subset and (model != subset_model or processes != subset_processes):
+                raise GateRefused(f"a CLOSED subset run must be {subset_model} on exactly {subset_processes} processes "
+                                  "(Rules 4.3.5)")
             required = rules["closed_mpi_processes"][model]
             if processes != required:
                 raise GateRefused(f"CLOSED {model} needs exactly {required} processes, not {processes} (Rules 4.6.1)")
-            if (plan.parameters["checkpoint"]["num_checkpoints_write"], plan.parameters["checkpoint"]["num_checkpoints_read"]) \
-                    not in ((10, 10), (10, 0), (0, 10)):
-                raise GateRefused("CLOSED runs write and read 10 checkpoints, together or as a write then a read invocation (Rules 4.7.1)")
+            ckpt = plan.parameters["checkpoint"]
+            if not predicates.checkpoint_invocation_ok(rules, ckpt["num_checkpoints_write"], ckpt["num_checkpoints_read"]):
+                count = predicates.checkpoint_combined(rules)[0]
+                raise GateRefused(f"CLOSED runs write and read {count} checkpoints, together or as a write then a "
+                                  "read invocation (Rules 4.7.1)")
         else:
             par = plan.parameters["model"].get("parallelism") or {}
             unit = int(par.get("tensor", 1)) * int(par.get("pipeline", 1))

@@ -299,8 +299,9 @@ class KVCacheBenchmark(Benchmark):
         if req.mode == "closed":
             reference = resolve_parameters("closed", KVCacheOptions(), self.table)
             if plan.parameters != reference:
-                raise GateRefused("CLOSED runs Table KVCache-1 with seed 42, 3 trials and a 90 s inter-option delay, "
-                                  "unchanged (Rules 6.3.1.1, 6.3.2.1, 6.6.1)")
+                seq = reference["sequence"]
+                raise GateRefused(f"CLOSED runs Table KVCache-1 with seed {seq['seed']}, {seq['trials']} trials and a "
+                                  f"{seq['inter_option_delay_s']} s inter-option delay, unchanged (Rules 6.3.1.1, 6.3.2.1, 6.6.1)")
         self._validate_inputs(plan)
         if req.mode == "whatif" or self.results_dir is None:
             return

@@ -91,26 +91,26 @@ class VectorDBOptions(BenchmarkOptions):
     ef_construction: int | None = None
     search_list_size: int | None = None
     inline_pq: int | None = None
-    nlist: int | None = None             # OPEN
+    nlist: int | None = None             # OPEN-only
     host: str | None = None              # database: datagen, run (neither host nor port: Milvus Lite)
     port: int | None = None
     collection: str | None = None
     data_dir: str | None = None          # --storage-root / --data-dir
     storage_type: str = "local_fs"
-    seed: int = 42                       # OPEN
-    distribution: str = "uniform"        # OPEN
+    seed: int | None = None              # OPEN-only (None: the edition's CLOSED value, vdb_closed_fixed)
+    distribution: str | None = None      # OPEN-only
     batch_size: int | None = None        # datagen: vectors per insert; run: query vectors per request
     chunk_size: int | None = None        # datagen
     force: bool = False                  # datagen
-    compact: bool = False                # datagen, OPEN
+    compact: bool | None = None          # datagen, OPEN-only
     run_mode: str | None = None          # run: timed | query_count
     runtime: int | None = None
     queries: int | None = None
     num_query_processes: int | None = None
     report_count: int = 100
     search_ef: int | None = None
-    search_limit: int = 10               # OPEN
-    num_query_vectors: int = 1000        # OPEN
+    search_limit: int | None = None      # OPEN-only
+    num_query_vectors: int | None = None  # OPEN-only
 
     @property
     def location(self) -> str | None:

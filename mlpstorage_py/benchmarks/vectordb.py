@@ -27,6 +27,8 @@ from mlpstorage_py.results.io import iso_from_epoch, read_json
 from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
+from mlpstorage_py.rules import predicates
+from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.rules.tables import workloads as rules_workloads
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
 
@@ -36,11 +38,10 @@ RUN_MODES = ("timed", "query_count")
 MAX_DIM = 32768
 DEFAULT_RUNTIME = 60
 DEFAULT_QUERIES = 1000
-# OPEN-only flags (VectorDBOptions fields) and the value CLOSED runs with (a different value makes the run OPEN).
-# The server endpoint (--host/--port) is where the database under test runs, not a workload
-# choice, so it does not make a run OPEN.
-OPEN_DEFAULTS = {"seed": 42, "distribution": "uniform", "search_limit": 10,
-                 "num_query_vectors": 1000, "compact": False, "nlist": None}
+# The OPEN-only flags and the value CLOSED runs with are the edition's vdb_closed_fixed
+# (rules/predicates.vdb_closed_values): a flag given another value makes the run OPEN, one not
+# given takes the CLOSED value. The server endpoint (--host/--port) is where the database under
+# test runs, not a workload choice, so it does not make a run OPEN.
 
 
 def tool_config() -> dict[str, Any]:
@@ -143,6 +144,7 @@ class VectorDBBenchmark(Benchmark):
 
     def _from_flags(self) -> dict[str, Any]:
         req, o = self.request, self.request.options
+        fixed = predicates.vdb_closed_values(checker())
         index_type = req.model
         p: dict[str, Any] = {
             "database": {"database": o.vdb_engine},
@@ -153,14 +155,17 @@ class VectorDBBenchmark(Benchmark):
         if req.command in ("datasize", "datagen"):
             p["index"]["metric_type"] = o.metric_type
             candidates = {"M": o.max_degree, "ef_construction": o.ef_construction, "max_degree": o.max_degree,
-                          "search_list_size": o.search_list_size, "inline_pq": o.inline_pq, "nlist": o.nlist}
+                          "search_list_size": o.search_list_size, "inline_pq": o.inline_pq,
+                          "nlist": fixed["nlist"] if o.nlist is None else o.nlist}
             for key in families.family(index_type).build:
                 if candidates[key] is not None:
                     p["index"][key] = candidates[key]
         if req.command in ("datagen", "run"):
             if o.host or o.port:  # either selects a server; neither, the embedded Milvus Lite
                 p["database"].update(host=o.host or "127.0.0.1", port=o.port or 19530)
-            p["dataset"].update(collection_name=o.collection, distribution=o.distribution, seed=o.seed)
+            p["dataset"].update(collection_name=o.collection,
+                                distribution=fixed["distribution"] if o.distribution is None else o.distribution,
+                                seed=fixed["seed"] if o.seed is None else o.seed)
             root = o.data_dir
             p["storage"] = {"storage_root": str(Path(root).expanduser().resolve()) if root else None,
                             "storage_type": o.storage_type}
@@ -168,15 +173,17 @@ class VectorDBBenchmark(Benchmark):
             p["storage"] = {"storage_root": str(Path(o.data_dir).expanduser().resolve())}
         if req.command == "datagen":
             p["dataset"].update(batch_size=o.batch_size, chunk_size=o.chunk_size)
-            p["workflow"] = {"compact": o.compact, "force": o.force}
+            p["workflow"] = {"compact": fixed["compact"] if o.compact is None else o.compact, "force": o.force}
         if req.command == "run":
             p["run"] = {"mode": o.run_mode, "runtime": o.runtime, "queries": o.queries,
                         "num_query_processes": vectordb_run.default_ranks(req.launch.hosts)
                         if o.num_query_processes is None else o.num_query_processes,
                         "batch_size": 1 if o.batch_size is None else o.batch_size,
                         "report_count": o.report_count}
-            p["search"] = {"search_limit": o.search_limit, "recall_k": o.search_limit, "search_ef": o.search_ef,
-                           "num_query_vectors": o.num_query_vectors}
+            limit = fixed["search_limit"] if o.search_limit is None else o.search_limit
+            p["search"] = {"search_limit": limit, "recall_k": limit, "search_ef": o.search_ef,
+                           "num_query_vectors": fixed["num_query_vectors"] if o.num_query_vectors is None
+                           else o.num_query_vectors}
         return p
 
     def _resolve(self, p: dict[str, Any], overrides: dict[str, str]) -> dict[str, Any]:
@@ -275,7 +282,7 @@ class VectorDBBenchmark(Benchmark):
         reasons = []
         if self.request.model not in rules_workloads()["vector_database"]["index_types"]["closed"]:
             reasons.append(f"index {self.request.model}")
-        for name, default in OPEN_DEFAULTS.items():
+        for name, default in predicates.vdb_closed_values(checker()).items():
             value = getattr(self.request.options, name)
             if value is not None and value != default:
                 reasons.append(f"--{name.replace('_', '-')} {value}")
@@ -343,7 +350,7 @@ class VectorDBBenchmark(Benchmark):
             if data == results or results in data.parents or data in results.parents:
                 raise GateRefused(f"the storage root {data} and the results directory {results} must be apart (Rules 5.4.1)")
         if req.mode == "closed":
-            scales = [tuple(s) for s in self.config.get("sanctioned_scales", [])]
+            scales, _ = predicates.vdb_scales(checker())
             scale = (p["dataset"]["num_vectors"], p["dataset"]["dimension"])
             if scales and scale not in scales:
                 log.warning(f"{scale[0]:,} x {scale[1]} is not one of the edition's named scales "

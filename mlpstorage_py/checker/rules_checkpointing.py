@@ -21,6 +21,7 @@ from mlpstorage_py.results.summary import dlio_engine_note, metric as _metric
 from mlpstorage_py.results.tree.files import load_json
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, as_number, dig, parse_time
+from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.core_config import canonical
 
 # Numbers the rules text states that the editions checker block does not (yet) carry.
@@ -311,8 +312,7 @@ def subset_runs(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     block = judged(leaf)
     if not block or leaf.division != "closed" or not _subset_declared(leaf):
         return
-    subset_model = block["checkpoint_subset_model"]
-    required = block["closed_mpi_processes"][subset_model]
+    subset_model, required = predicates.checkpoint_subset(block)
     model = leaf.args.get("model", leaf.model)
     count = as_int(dig(leaf.summary, "num_accelerators"))
     if model != subset_model:

@@ -20,7 +20,7 @@ from mlpstorage_py.checker.rules_checkpointing import (
 from mlpstorage_py.results.tree.files import read_text
 from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
-from mlpstorage_py.rules import tables
+from mlpstorage_py.rules import predicates, tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 
 HOST_FLAG = re.compile(r"(?:^|\s)(?:--host|-host|-H)[\s=]+(\S+)")
@@ -258,11 +258,12 @@ def _closed_counts(r: Rule, result: Result, leaves: list[Leaf], block: dict) -> 
     if unknown:
         return
     shape = [(w, rd) for _, w, rd, _ in table]
-    n = block["checkpoint_closed_count"]
-    if len(leaves) == 1 and shape != [(n, n)]:
+    combined, phases = predicates.checkpoint_combined(block), predicates.checkpoint_phases(block)
+    n = combined[0]
+    if len(leaves) == 1 and shape != [combined]:
         yield r.invalid(leaves[0].path, f"a single CLOSED invocation writes and reads {n}; it records "
                                         f"{shape[0][0]} writes and {shape[0][1]} reads ({table[0][3]})")
-    elif len(leaves) == 2 and shape != [(n, 0), (0, n)]:
+    elif len(leaves) == 2 and shape != list(phases):
         yield r.invalid(result.path, f"two CLOSED invocations are a {n}-write phase then a {n}-read phase; "
                                      f"they record (writes, reads) {shape[0]} then {shape[1]}")
     elif len(leaves) == 2:

@@ -21,15 +21,13 @@ count that no table defines: they are reported as INFO, never invented.
 
 from __future__ import annotations
 
-import functools
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from mlpstorage_py.checker.judging import checker_block
+from mlpstorage_py.rules import predicates
 from mlpstorage_py.checker.registry import LEAF, RESULT, Finding, Rule, rule
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.results.tree.package import Leaf, Result
@@ -60,26 +58,8 @@ def not_checked(r: Rule, leaf: Leaf, what: str, why: str, path: Path | None = No
 
 
 def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
-    """(num_vectors, dimension) pairs of 5.1.1's table: the checker block's, else configs/vectordb's."""
-    if block.get("vdb_scales"):
-        return [tuple(map(int, s)) for s in block["vdb_scales"]], "the edition's checker block (vdb_scales)"
-    scales = _configured_scales()
-    if not scales:
-        return None, "no table"
-    return list(scales), "configs/vectordb/default.yaml sanctioned_scales"
-
-
-@functools.cache
-def _configured_scales() -> tuple[tuple[int, int], ...]:
-    """configs/vectordb/default.yaml's sanctioned_scales, read once (every run asks)."""
-    try:
-        from mlpstorage_py.rules.configs import configs_dir
-
-        path = configs_dir() / "vectordb" / "default.yaml"
-        scales = (yaml.safe_load(path.read_text(encoding="utf-8")) or {})[FAMILY].get("sanctioned_scales")
-    except Exception:  # noqa: BLE001 - no source checkout, unreadable table: the table is then undefined
-        scales = None
-    return tuple((int(n), int(d)) for n, d in scales or ())
+    """(num_vectors, dimension) pairs of 5.1.1's table, as the CLOSED run's gate reads them."""
+    return predicates.vdb_scales(block)
 
 
 @rule("5.1.1", "vdbDatasetScale").check(RESULT, benchmark=FAMILY)

@@ -18,7 +18,7 @@ from mlpstorage_py.results.tree.values import apart, dig
 from mlpstorage_py.results.vdb import (
     FAMILY, LOG_LIMIT, config, database, engine, evidence_problem, fact, index_type, missing_summary, named_outputs,
     resolved, value)
-from mlpstorage_py.rules import tables
+from mlpstorage_py.rules import predicates, tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 
 DF_LINE = re.compile(r"\bdf (?P<label>.+?): (?P<path>\S.*)$")
@@ -223,7 +223,7 @@ def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     for key in sorted(k for k in overrides if k not in allowed):
         yield r.invalid(leaf.path_of("metadata"), f"{key} is not a CLOSED tunable (--params {key}={overrides[key]})")
     flat = flatten(params) if params else {}
-    for key, fixed in sorted(checker_block(leaf).get("vdb_closed_fixed", {}).items()):
+    for key, fixed in sorted(predicates.vdb_closed_fixed(checker_block(leaf)).items()):
         found = flat.get(key)
         if found is not None and canonical(found) != canonical(fixed):
             yield r.invalid(leaf.path, f"{key} = {found!r} ({where}) is an OPEN setting; CLOSED runs with {fixed!r}")

@@ -7,6 +7,7 @@ from typing import Any
 from mlpstorage_py.cli.common import (add_endpoints, add_mpi, add_open_only, add_params, add_storage, add_trace,
                                       add_universal, command_parser, positive_float, positive_int)
 from mlpstorage_py.cli.training import add_dlio_bin_path
+from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker, edition
 
 
@@ -14,6 +15,7 @@ def register(bench: Any, mode: str) -> None:
     """Its models, commands and flags under its parser (benchmarks/table.py's row)."""
     models = bench.add_subparsers(dest="model", metavar="<model>", required=True)
     table = edition()["closed"]["checkpointing"]
+    count, (subset_model, subset_processes) = checker()["checkpoint_closed_count"], predicates.checkpoint_subset(checker())
     accels = sorted({a for v in table.values() for a in v})
     if mode == "whatif":
         accels += [a for a in checker()["accelerator_memory_gb"] if a not in accels]
@@ -31,11 +33,11 @@ def register(bench: Any, mode: str) -> None:
             p.add_argument("--accelerator-type", "-at", choices=accels, required=name != "datasize",
                            help="simulated accelerator (its memory x ranks must hold the checkpoint)")
             if name != "datasize":
-                counts = {"choices": [0, 10]} if mode == "closed" else {}
-                p.add_argument("--num-checkpoints-write", "-ncw", type=int, default=10, **counts,
-                               help="checkpoints to write (CLOSED: 10, or 0 for a read-only invocation)")
-                p.add_argument("--num-checkpoints-read", "-ncr", type=int, default=10, **counts,
-                               help="checkpoints to read (CLOSED: 10, or 0 for a write-only invocation)")
+                counts = {"choices": [0, count]} if mode == "closed" else {}
+                p.add_argument("--num-checkpoints-write", "-ncw", type=int, default=count, **counts,
+                               help=f"checkpoints to write (CLOSED: {count}, or 0 for a read-only invocation)")
+                p.add_argument("--num-checkpoints-read", "-ncr", type=int, default=count, **counts,
+                               help=f"checkpoints to read (CLOSED: {count}, or 0 for a write-only invocation)")
                 p.add_argument("--checkpoint-folder", "-cf", help="where checkpoints go (else MLPSTORAGE_CHECKPOINT_FOLDER)")
                 add_open_only(p, mode, "--o-direct", action="store_true",
                               help="O_DIRECT checkpoint writes and reads (files only; recorded in the leaf)")
@@ -51,5 +53,5 @@ def register(bench: Any, mode: str) -> None:
                 add_dlio_bin_path(p)
             add_params(p, mode)
             p.add_argument("--subset", dest="checkpoint_subset", action="store_true",
-                           help="declare an 8-process subset run (CLOSED: llama3-8b only, Rules 4.3.5)")
+                           help=f"declare an {subset_processes}-process subset run (CLOSED: {subset_model} only, Rules 4.3.5)")
             add_universal(p)

@@ -13,7 +13,8 @@ from typing import Any
 
 from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_trace,
                                       add_universal, command_parser, positive_int)
-from mlpstorage_py.rules.tables import workloads
+from mlpstorage_py.rules.predicates import vdb_closed_values
+from mlpstorage_py.rules.tables import checker, workloads
 
 METRICS = ["COSINE", "L2", "IP"]
 DISTRIBUTIONS = ["uniform", "normal", "zipfian"]
@@ -70,9 +71,11 @@ def _database(p: argparse.ArgumentParser, mode: str) -> None:
                             "(else MLPSTORAGE_DATA_DIR); must not be the results filesystem (Rules 5.4.1)")
     group.add_argument("--storage-type", choices=["local_fs", "s3"], default="local_fs",
                        help="storage behind the database (default local_fs)")
-    add_open_only(group, mode, "--seed", type=int, default=42, help="seed of the vectors and the query set (default 42)")
-    add_open_only(group, mode, "--distribution", choices=DISTRIBUTIONS, default="uniform",
-                  help="vector distribution; rows are L2-normalised (default uniform)")
+    fixed = vdb_closed_values(checker())
+    add_open_only(group, mode, "--seed", type=int, default=fixed["seed"],
+                  help=f"seed of the vectors and the query set (default {fixed['seed']})")
+    add_open_only(group, mode, "--distribution", choices=DISTRIBUTIONS, default=fixed["distribution"],
+                  help=f"vector distribution; rows are L2-normalised (default {fixed['distribution']})")
 
 
 def register(bench: Any, mode: str) -> None:
@@ -125,9 +128,11 @@ def register(bench: Any, mode: str) -> None:
         group.add_argument("--search-ef", type=positive_int,
                            help="search-time list: HNSW ef, DISKANN/AISAQ search_list, IVF nprobe "
                                 "(default 200; IVF 16)")
-        add_open_only(group, mode, "--search-limit", type=positive_int, default=10, help="top-K, the k of recall@k (default 10)")
-        add_open_only(group, mode, "--num-query-vectors", type=positive_int, default=1000,
-                      help="size of the fixed query set recall is measured on (default 1000)")
+        fixed = vdb_closed_values(checker())
+        add_open_only(group, mode, "--search-limit", type=positive_int, default=fixed["search_limit"],
+                      help=f"top-K, the k of recall@k (default {fixed['search_limit']})")
+        add_open_only(group, mode, "--num-query-vectors", type=positive_int, default=fixed["num_query_vectors"],
+                      help=f"size of the fixed query set recall is measured on (default {fixed['num_query_vectors']})")
         add_storage(p)
         add_params(p, mode)
         add_mpi(p)  # --hosts spreads the query clients over client hosts as MPI ranks (needs --host/--port)
