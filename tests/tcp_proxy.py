@@ -103,6 +103,10 @@ class Gateways:
         """Gateway `index`'s counts so far (written every 0.1 s while they change)."""
         return json.loads((self.folder / f"gateway-{self.ports[index]}.json").read_text())
 
+    def freeze(self, index: int) -> None:
+        """The gateway stops answering: its process is stopped, its port still accepts TCP."""
+        self.procs[index].send_signal(signal.SIGSTOP)
+
     def kill(self, index: int) -> None:
         """The gateway dies: its port refuses every connection from now on."""
         self.procs[index].kill()
@@ -114,6 +118,7 @@ class Gateways:
         for port, proc in zip(self.ports, self.procs, strict=True):
             out = self.folder / f"gateway-{port}.json"
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=30)
             counts.append(json.loads(out.read_text()) if proc.returncode == 0 else None)
@@ -125,7 +130,7 @@ class Gateways:
     def __exit__(self, *exc: object) -> None:
         for proc in self.procs:
             if proc.poll() is None:
-                proc.kill()
+                proc.kill()  # a stopped one too
                 proc.wait()
 
 

@@ -193,9 +193,12 @@ def test_training_datagen_and_run_spread_over_three_gateways(cli, results, s3_en
 
 
 @pytest.mark.heavy
-def test_a_gateway_killed_mid_run_is_named(cli, results, s3_endpoint, gateways, tmp_path):
+@pytest.mark.parametrize("fault, said", [("kill", "refused the connection"), ("freeze", "did not answer within 5 s")])
+def test_a_gateway_killed_or_frozen_mid_run_is_named(cli, results, s3_endpoint, gateways, tmp_path, fault, said):
     bucket = s3_endpoint.bucket()
-    env = {**subprocess_env(tmp_path), **s3_endpoint.env}
+    # A frozen gateway's requests fail at s3dlio's operation timeout (a declared backend variable):
+    # 5 s here, where the default (60 s) would only make the test slower.
+    env = {**subprocess_env(tmp_path), **s3_endpoint.env, "S3DLIO_OPERATION_TIMEOUT_SECS": "5"}
     argv = [str(MLPSTORAGE), "open", "checkpointing", "llama3-8b", "run", "object", "-np", "3", "-at", "b200",
             "-cm", "8", "-cf", f"s3://{bucket}/ck", "-sn", "sys1", "-rd", str(results), "-ncw", "2", "-ncr", "0",
             "--s3-endpoints", *gateways.urls, "--params", *SMALL_MODEL, "checkpoint.time_between_checkpoints=30"]
@@ -205,7 +208,7 @@ def test_a_gateway_killed_mid_run_is_named(cli, results, s3_endpoint, gateways, 
         while not any("save_ckpt1:" in p.read_text() for p in results.rglob("checkpointing_run.stdout.log")):
             assert child.poll() is None, child.communicate()
             time.sleep(0.2)
-        gateways.kill(1)
+        getattr(gateways, fault)(1)
         _, err = child.communicate(timeout=600)
     finally:
         if child.poll() is None:
@@ -213,11 +216,11 @@ def test_a_gateway_killed_mid_run_is_named(cli, results, s3_endpoint, gateways, 
             child.communicate()
     assert child.returncode == 15, err
     line = [l for l in err.splitlines() if l.startswith("mlpstorage: error:")][-1]
-    assert f"{gateways.urls[1]} refused the connection (1 of 3)" in line
+    assert f"{gateways.urls[1]} {said} (1 of 3)" in line
     assert gateways.urls[0] not in line.split("):")[0] and gateways.urls[2] not in line.split("):")[0]
     (leaf,) = all_leaves(results)
     record = _leaf_endpoints(leaf)
-    assert record["failed"] == {gateways.urls[1]: "refused the connection"}
+    assert record["failed"] == {gateways.urls[1]: said}
     rows = {r["endpoint"]: r for r in record["per_endpoint"]}
     layout_bytes = json.loads(next(leaf.glob("*_metadata.json")).read_text())["engine_parameters"]["bytes_per_rank"]
     # Nothing counted that did not happen: the first checkpoint's bytes, and on the dead gateway no more.
