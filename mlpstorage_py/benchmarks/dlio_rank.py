@@ -78,7 +78,7 @@ def drop_between_epochs(record: str, next_epoch: int) -> None:
     outcomes = world.gather(mine, root=0)
     if world.Get_rank() == 0:
         with open(record, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"before_epoch": next_epoch, "hosts": [o for o in outcomes if o]}) + "\n")
+            fh.write(json.dumps({"before_epoch": next_epoch, "hosts": [o for o in outcomes or [] if o]}) + "\n")
     world.Barrier()
 
 
@@ -123,10 +123,13 @@ class _LoadedOnUse(types.ModuleType):
     that code is imported, in the main thread."""
 
     def __getattr__(self, name: str) -> Any:
-        self.__class__ = types.ModuleType  # from here on an ordinary module
-        self.__path__ = self.__spec__.submodule_search_locations
+        spec = self.__spec__
+        assert spec is not None and spec.loader is not None, "made from a found module's spec"
+        self.__class__ = types.ModuleType  # type: ignore[assignment]  # from here on an ordinary module
+        if spec.submodule_search_locations is not None:  # a package's
+            self.__path__ = spec.submodule_search_locations
         try:
-            self.__spec__.loader.exec_module(self)
+            spec.loader.exec_module(self)
         except BaseException:
             sys.modules.pop(self.__name__, None)  # as a failed import leaves it
             raise

@@ -78,6 +78,7 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
     if plan_only:
         print_plan(bench, plan)
         return 0
+    assert results_dir is not None and bench.workload_dir is not None, "a run that writes a leaf has resolved where"
     fs_record = _fs_gate(bench, plan, results_dir)
     storage_env = _storage_env_gate(bench)
     digest, image, created = code_image.capture(results_dir)
@@ -86,6 +87,7 @@ def _gated_run(bench: Benchmark, plan: Plan, plan_only: bool, results_dir: Path 
     handlers: list = []
     metadata: dict[str, Any] = {"benchmark_type": bench.benchmark_type, "model": req.model,
                                 "command": req.command, "run_datetime": stamp}
+    failure: str | None
     status, failure = 6, "did not finish"
     try:
         handlers = attach_leaf(leaf)

@@ -12,9 +12,12 @@ its layout.yaml entry). This module imports nothing, so the parser can read it c
 from __future__ import annotations
 
 import importlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from mlpstorage_py.errors import NotAvailable
+
+if TYPE_CHECKING:  # for the type checker only: the table imports no benchmark
+    from mlpstorage_py.benchmarks.base import Benchmark
 
 
 class BenchmarkRow(NamedTuple):
@@ -37,7 +40,7 @@ class BenchmarkRow(NamedTuple):
             raise NotAvailable(f"object storage for {self.cli_name} is not part of this build; object runs are "
                                f"{object_storage_names()}")
 
-    def load(self) -> type:
+    def load(self) -> type[Benchmark]:
         """Its Benchmark subclass; NotAvailable when this build lacks the module."""
         try:
             module = importlib.import_module(self.module)
@@ -45,7 +48,8 @@ class BenchmarkRow(NamedTuple):
             if exc.name != self.module:
                 raise
             raise NotAvailable(f"the {self.cli_name} benchmark's engine is not part of this build yet") from None
-        return getattr(module, self.class_name)
+        found: type[Benchmark] = getattr(module, self.class_name)
+        return found
 
 
 BENCHMARKS: tuple[BenchmarkRow, ...] = (

@@ -90,7 +90,7 @@ def add_universal(parser: argparse.ArgumentParser, *, writes_leaf: bool = True) 
     group.add_argument("--verbose", action="store_true", help="more detail on the console")
 
 
-def add_open_only(parser: argparse.ArgumentParser, mode: str, *flags: str, **kwargs: Any) -> None:
+def add_open_only(parser: argparse._ActionsContainer, mode: str, *flags: str, **kwargs: Any) -> None:
     """Register a flag only outside CLOSED, remembering it so a closed use is explained."""
     OPEN_ONLY_FLAGS.update(flags)
     if mode != "closed":
