@@ -15,9 +15,9 @@ DEMO := build/demo
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: demo test test-busy install clean system-deps mpich bench
+.PHONY: demo test test-busy install clean system-deps mpich diskann bench
 
-install: $(STAMP) system-deps mpich
+install: $(STAMP) system-deps mpich diskann
 
 # Debian packages the multi-host tests and benches need (simulated client hosts run their own
 # sshd; fio is the benches' reference and `mlpstorage replay`'s engine; chromium loads the `reports html`
@@ -50,6 +50,20 @@ $(MPICH_PREFIX)/.installed: $(STAMP)
 	touch $@
 mpich: $(MPICH_PREFIX)/.installed
 
+# The embedded DiskANN engine (`vectordb --vdb-engine diskann`): diskannpy 0.7.0 with the numpy
+# 1.25.0 it was built against, in a prefix of their own inside the venv. Under numpy 2 its
+# results are garbage (its pybind11 reads numpy 1's array descriptor: every returned id is the
+# same), and the other engines need numpy 2; its build child and query ranks put this prefix
+# first on sys.path (vectordb/diskann_engine.activate). pip's notes on numpy 1.25 against the
+# venv's pandas and s3dlio concern the venv, which this does not touch.
+DISKANN_PREFIX := $(VENV)/diskann
+$(DISKANN_PREFIX)/.installed: $(STAMP)
+	$(PY) -m pip install -q --no-warn-script-location --ignore-installed --prefix $(DISKANN_PREFIX) \
+		numpy==1.25.0 diskannpy==0.7.0 2>&1 | grep -v "requires numpy>=2\|dependency conflicts\|dependency resolver" || true
+	$(PY) -c "import sys; sys.path.insert(0, '$(DISKANN_PREFIX)/lib/python' + '%d.%d' % sys.version_info[:2] + '/site-packages'); import diskannpy"
+	touch $@
+diskann: $(DISKANN_PREFIX)/.installed
+
 # DLIO 2.0.0 declares dependencies that cannot install here (CUDA stubs), so it goes in with
 # --no-deps and requirements.txt lists what it really needs.
 $(STAMP): requirements.txt requirements-test.txt pyproject.toml
@@ -67,7 +81,7 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 # again (0.1 s a validate start-up). A stale .pyc is never used: Python checks the source's time.
 PYCS := $(PY) -m compileall -q -j 0 mlpstorage_py kv_cache_benchmark > /dev/null
 
-test: $(STAMP) system-deps mpich
+test: $(STAMP) system-deps mpich diskann
 	$(PYCS)
 	$(PY) -m pytest -q tests
 
@@ -76,14 +90,14 @@ test: $(STAMP) system-deps mpich
 # node: tests/conftest.py's MLPS_TEST_BUSY.
 BUSY ?= all
 TESTS ?= tests
-test-busy: $(STAMP) system-deps mpich
+test-busy: $(STAMP) system-deps mpich diskann
 	$(PYCS)
 	MLPS_TEST_BUSY=$(BUSY) $(PY) -m pytest -q $(TESTS)
 
 # Every bench, one table of figures against references measured in the same run (fio on the same
 # directory, a bare interpreter, bare pymilvus, DLIO's own time, an idle process); fails when a figure misses its
 # goal. BENCH_ARGS=--full adds the 100,000-leaf validate; --only NAME... picks benches.
-bench: $(STAMP) system-deps
+bench: $(STAMP) system-deps diskann
 	$(PYCS)
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
@@ -91,7 +105,9 @@ bench: $(STAMP) system-deps
 # a tiny OPEN unet3d datagen + run through DLIO under mpirun (a few MiB, sizes overridden, so
 # recorded as INVALID); a scaled-down llama3-8b checkpoint write + read; a 2-second, 2-rank KV
 # cache run of all three Options (cache on /dev/shm, another filesystem); a tiny OPEN vectordb
-# HNSW datagen + run on Milvus Lite (2,000 x 32 vectors, 500 queries); the reports (reportgen's
+# HNSW datagen + run on Milvus Lite (2,000 x 32 vectors, 500 queries) and beside it the same
+# vectors as a DISKANN index on the embedded DiskANN engine, searched at two search lists (the
+# sweep `reports html` draws as recall against QPS); the reports (reportgen's
 # tables and the `reports html` page, build/demo/report.html, outside the tree as it must be);
 # and the validator, which explains why the tiny runs are not a valid CLOSED submission.
 MLPS := XDG_CONFIG_HOME=$(abspath $(DEMO))/config MLPSTORAGE_SYSTEMNAME=demo-system $(VENV)/bin/mlpstorage
@@ -99,9 +115,10 @@ TINY := dataset.record_length_bytes=262144 dataset.record_length_bytes_stdev=0 d
 	train.epochs=2 train.computation_time=0.01 reader.batch_size=2 reader.read_threads=1
 TINY_VDB := --num-vectors 2000 --dimension 32 --storage-root $(DEMO)/vectordb
 VDB_LEAVES := $(DEMO)/results/open/DemoOrg/results/demo-system/vector_database/milvus/HNSW
+DISKANN_LEAVES := $(DEMO)/results/open/DemoOrg/results/demo-system/vector_database/diskann/DISKANN
 TINY_LLAMA := model.num_layers=2 model.hidden_size=512 model.ffn_hidden_size=1024 model.vocab_size=8192 \
 	model.num_attention_heads=8 model.num_kv_heads=2 checkpoint.time_between_checkpoints=0
-demo: $(STAMP) system-deps
+demo: $(STAMP) system-deps diskann
 	$(PYCS)
 	rm -rf $(DEMO)
 	mkdir -p $(DEMO)/data $(DEMO)/checkpoints $(DEMO)/vectordb
@@ -119,11 +136,15 @@ demo: $(STAMP) system-deps
 	rm -rf /dev/shm/mlps-demo-kvcache
 	$(MLPS) open vectordb HNSW datagen $(TINY_VDB)
 	$(MLPS) open vectordb HNSW run $(TINY_VDB) --queries 500
+	$(MLPS) open vectordb DISKANN datagen $(TINY_VDB) --vdb-engine diskann --max-degree 16 --search-list-size 32
+	$(MLPS) open vectordb DISKANN run $(TINY_VDB) --vdb-engine diskann --queries 500 --search-ef 16
+	$(MLPS) open vectordb DISKANN run $(TINY_VDB) --vdb-engine diskann --queries 500 --search-ef 64
 	$(MLPS) reports reportgen
 	$(MLPS) reports html --output $(DEMO)/report.html
 	$(MLPS) validate || echo "(validate exits 1 above: the tiny OPEN demo runs are deliberately not a valid submission)"
 	@echo "demo results tree: $(DEMO)/results"
 	@echo "vectordb runs (Milvus Lite, database in $(DEMO)/vectordb): $(VDB_LEAVES)"
+	@echo "DISKANN runs beside them (diskannpy, index in $(DEMO)/vectordb/diskann): $(DISKANN_LEAVES)"
 	@echo "HTML report: $(DEMO)/report.html"
 
 clean:

@@ -232,6 +232,18 @@ def closed_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(leaf.path_of("metadata"), f"the tool judged this run {verdict}, not CLOSED")
 
 
+def _embedded_diskann(r: Rule, leaf: Leaf, kind: str | None) -> Iterable[Finding]:
+    """The embedded DiskANN engine builds DISKANN only, and its leaf names diskannpy and its
+    version, never Milvus (benchmarks/vectordb_diskann.py)."""
+    if kind is not None and kind != "DISKANN":
+        yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} on the embedded diskann engine, which builds DISKANN only")
+    named = dig(leaf.summary, "engine")
+    if leaf.summary is not None and (not isinstance(named, str) or not named.startswith("diskannpy ")
+                                     or "milvus" in named.lower().replace("not milvus", "")):
+        yield r.invalid(leaf.path_of("summary"), f"a diskann leaf must name its engine as diskannpy <version>, "
+                                                 f"never Milvus; summary.json engine is {named!r}")
+
+
 @rule("5.6.5", "vdbOpenSubmissionParameters").check(LEAF, benchmark=FAMILY)
 def open_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """OPEN leaves record a supported backend and change only CLOSED, OPEN or backend-native index parameters."""
@@ -244,6 +256,8 @@ def open_parameters(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     kind, _ = index_type(leaf)
     if found == "milvus" and kind is not None and kind not in milvus_types:
         yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} is not a Milvus index type ({', '.join(milvus_types)})")
+    if found == "diskann":
+        yield from _embedded_diskann(r, leaf, kind)
     overrides = _overrides(leaf)
     for key in sorted(k for k in overrides if k not in allowed and not k.startswith("index.")):
         yield r.invalid(leaf.path_of("metadata"), f"{key} is neither a CLOSED nor an OPEN tunable (--params {key}={overrides[key]})")

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.errors import NotAvailable
-from mlpstorage_py.report import figures
+from mlpstorage_py.report import figures, vdb_plots
 
 Value = float | None
 CHECKPOINT_KEY = re.compile(r"^(save|load)_ckpt(\d+)$")
@@ -46,6 +46,9 @@ class Chart:
     dashed: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     marks: dict[str, float] = field(default_factory=dict)  # label -> x position (in categories): a dashed rule
+    # A numeric x value per category (an x-y chart, e.g. recall against QPS): points sit at their
+    # values on a value axis; None: categories evenly spaced, labelled by name.
+    x_values: list[float] | None = None
 
     def drawable(self) -> bool:
         return any(v is not None for values in self.series.values() for v in values)
@@ -187,7 +190,8 @@ def vector_database(leaves: list[Leaf]) -> list[Chart]:
             notes.append(f"{leaf.path.name}: {source}")
     return [Chart("vdb-qps", "Vector database queries per second per run", "QPS", "run", "bar", names, {"QPS": qps},
                   notes=notes),
-            Chart("vdb-recall", "Vector database recall per run", "recall %", "run", "bar", names, {"Recall %": recall})]
+            Chart("vdb-recall", "Vector database recall per run", "recall %", "run", "bar", names, {"Recall %": recall}),
+            *vdb_plots.sweep_charts(ordered)]
 
 
 SERIES = {"training": training, "checkpointing": checkpointing, "kv_cache": kv_cache, "vector_database": vector_database}
@@ -357,7 +361,7 @@ def svg(chart: Chart, ident: str) -> str:
     ticks, labels = _axis(low, high)
     names = list(chart.series)
     legend_w = (max(font.width(n, SMALL) for n in names) + 30) if len(names) > 1 else 0.0
-    rotated = len(chart.categories) > 8
+    rotated = len(chart.categories) > 8 and not chart.x_values
     cat_w = [font.width(c, SMALL) for c in chart.categories]
     x_band = min(max(cat_w, default=0) * 0.5 + SMALL * 0.9, HEIGHT / 4) if rotated else SMALL * 1.2
     left = PAD + LABEL * 1.3 + max(font.width(l, TICK) for l in labels) + TICK_LEN + 3
@@ -365,9 +369,18 @@ def svg(chart: Chart, ident: str) -> str:
     top, bottom = PAD + TITLE * 1.5, HEIGHT - PAD - LABEL * 1.3 - x_band - TICK_LEN - 2
     count = len(chart.categories)
     x_low, x_high = (-0.6, count - 0.4) if chart.kind == "bar" else (-0.3, max(count - 1, 0) + 0.3)
+    xs = chart.x_values
+    if xs:
+        x_low, x_high = min(xs), max(xs)
+        margin = (x_high - x_low) * 0.05 or abs(x_high) * 0.05 or 1.0
+        x_low, x_high = x_low - margin, x_high + margin
 
     def x_of(position: float) -> float:
-        return left + (position - x_low) / (x_high - x_low) * (right - left)
+        value = xs[int(position)] if xs else position
+        return left + (value - x_low) / (x_high - x_low) * (right - left)
+
+    def x_at(value: float) -> float:
+        return left + (value - x_low) / (x_high - x_low) * (right - left)
 
     def y_of(value: float) -> float:
         return bottom - (value - low) / (high - low) * (bottom - top)
@@ -378,8 +391,9 @@ def svg(chart: Chart, ident: str) -> str:
         canvas.line(left, y, right, y, "#b0b0b0", 0.8, grid)
         canvas.line(left - TICK_LEN, y, left, y)
         canvas.text(label, left - TICK_LEN - 2, y + TICK * ASCENT / 2, TICK, "end")
-    for position, label in enumerate(chart.categories):
-        x = x_of(position)
+    x_ticks = list(zip(*_axis(x_low, x_high), strict=True)) if xs else None
+    for position, label in (x_ticks or enumerate(chart.categories)):
+        x = x_at(position) if xs else x_of(position)
         canvas.line(x, top, x, bottom, "#b0b0b0", 0.8, grid)
         canvas.line(x, bottom, x, bottom + TICK_LEN)
         if rotated:
