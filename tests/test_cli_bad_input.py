@@ -168,6 +168,10 @@ SEMANTIC: dict[str, list[tuple[str, int, str]]] = {
     "--directory": [("replay @T --directory @N", 5, "--directory @N does not exist"),
                     ("replay @T --directory @F", 5, "--directory @F")],
     "--older-than": [("runs rm --older-than abc", 2, "--older-than 'abc'"), ("runs rm --older-than 5y", 2, "--older-than '5y'")],
+    "--index-copy-dir": [("open vectordb DISKANN run --vdb-engine diskann --storage-root @T --index-copy-dir @F", 2,
+                          "--index-copy-dir @F is not a directory"),
+                         ("open vectordb DISKANN run --vdb-engine diskann --storage-root @T --index-copy-dir @T/diskann", 2,
+                          "holds the index itself")],
 }
 # Free-text flags with no bad value of their own (any text is a valid value): none so far.
 EXEMPT: set[str] = set()

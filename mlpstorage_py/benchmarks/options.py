@@ -111,6 +111,13 @@ class VectorDBOptions(BenchmarkOptions):
     search_ef: int | None = None
     search_limit: int | None = None      # OPEN-only
     num_query_vectors: int | None = None  # OPEN-only
+    # --vdb-engine diskann (OPEN): cli/vectordb_diskann.py
+    pq_code_budget_ratio: float = 0.125  # datagen
+    build_memory_gb: float = 4.0
+    build_threads: int = 0
+    beam_width: int = 4                  # run
+    search_cache_budget_ratio: float = 0.0
+    index_copy_dir: str | None = None
 
     @property
     def location(self) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mlpstorage_py.cli import vectordb_diskann
 from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_trace,
                                       add_universal, command_parser, positive_int)
 from mlpstorage_py.rules.predicates import vdb_closed_values
@@ -43,7 +44,8 @@ def _scale(p: argparse.ArgumentParser) -> None:
     group.add_argument("--vector-dtype", choices=["FLOAT_VECTOR"], default="FLOAT_VECTOR", help="vector data type")
     group.add_argument("--index-type", help="the index family; if given it must equal <INDEX>")
     group.add_argument("--vdb-engine", choices=workloads()["vector_database"]["engines"], default="milvus",
-                       help="database engine (default milvus)")
+                       help="database engine: milvus (Lite or a server), or diskann, the embedded DiskANN "
+                            "engine (OPEN, DISKANN only; default milvus)")
 
 
 def _build(p: argparse.ArgumentParser, mode: str) -> None:
@@ -105,6 +107,7 @@ def register(bench: Any, mode: str) -> None:
         group.add_argument("--force", action="store_true", help="drop and recreate an existing collection")
         add_open_only(group, mode, "--compact", action="store_true",
                       help="compact the collection after the load and wait for it")
+        vectordb_diskann.add_datagen(p, mode)
         add_storage(p)
         add_trace(p, mode)
         add_params(p, mode)
@@ -133,6 +136,7 @@ def register(bench: Any, mode: str) -> None:
                       help=f"top-K, the k of recall@k (default {fixed['search_limit']})")
         add_open_only(group, mode, "--num-query-vectors", type=positive_int, default=fixed["num_query_vectors"],
                       help=f"size of the fixed query set recall is measured on (default {fixed['num_query_vectors']})")
+        vectordb_diskann.add_run(p, mode)
         add_storage(p)
         add_params(p, mode)
         add_mpi(p)  # --hosts spreads the query clients over client hosts as MPI ranks (needs --host/--port)

@@ -152,6 +152,9 @@ def vector_database(runs: list[Leaf]) -> tuple[Figures, list[str]]:
     ordered = sorted(runs, key=lambda leaf: leaf.path.name)
     records = {leaf.path.name: _vdb_record(leaf) for leaf in ordered}
     native = sorted(name for name, (record, source) in records.items() if record is not None and source != "summary.json")
+    embedded = sorted({str(record.get("engine")) for record, _ in records.values() if isinstance(record, dict)
+                       and isinstance(record.get("database"), dict) and record["database"].get("database") == "diskann"})
+    issues += [f"engine: {name}; storage figures are the index device's reads over the timed window" for name in embedded]
     if native:
         issues.append(f"figures of run(s) {', '.join(native)} read from their native "
                       f"{records[native[0]][1]} (no summary.json)")
