@@ -183,7 +183,7 @@ def test_a_hostinfo_rank_never_imports_from_its_working_directory(results, tmp_p
     launcher = str(Path(sys.executable).parent / "mpirun")
     opts = MpiOptions(hosts=["localhost:1"], mpi_bin=launcher, allow_run_as_root=os.geteuid() == 0)
     caplog.set_level("INFO", logger="mlpstorage")
-    (facts,) = hostinfo._launch(opts, 1, results, False, 120, "host facts")
+    (facts,) = hostinfo._launch(opts, 1, results, False, "host facts")
     assert facts["hostname"]
     (line,) = {r.getMessage() for r in caplog.records if "launch.hostinfo" in r.getMessage()}
     argv = shlex.split(line.removeprefix("host facts: "))

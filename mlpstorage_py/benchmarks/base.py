@@ -11,7 +11,7 @@ from typing import Any, ClassVar, ContextManager, Generic, Mapping, TypeVar
 from mlpstorage_py.benchmarks.options import BenchmarkOptions
 from mlpstorage_py.errors import GateRefused, UsageError
 from mlpstorage_py.launch.heartbeat import Startup
-from mlpstorage_py.launch.job import scratch_dir
+from mlpstorage_py.launch.job import Launcher, LaunchSpec, Outcome, launching, scratch_dir
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.rules.tables import param_allowlist, tool_injected_params
@@ -103,6 +103,19 @@ class Benchmark(abc.ABC):
     def scratch(self) -> ContextManager[Path]:
         """This benchmark's scratch directory (launch.job.scratch_dir), removed afterwards."""
         return scratch_dir(self.results_dir, self.benchmark_type)
+
+    def launcher(self, leaf: Path) -> ContextManager[Launcher]:
+        """The one launch path for this command's jobs (launch.job.Launcher): its launch options,
+        the leaf, and one scratch directory for all of them, removed afterwards."""
+        return launching(self.request.launch, self.results_dir, self.benchmark_type, leaf,
+                         echo=self.request.verbose)
+
+    def launch(self, launcher: Launcher, spec: LaunchSpec, plan: Plan) -> Outcome:
+        """Run one engine job, its work deadline and start-up recorded in the plan (and so in
+        the metadata) before it starts, so a job that fails keeps them too."""
+        job = launcher.job(spec)
+        plan.deadline_s, plan.startup = job.deadline_s, job.startup
+        return launcher.run(job)
 
     @abc.abstractmethod
     def leaf_tail(self) -> Path:

@@ -25,8 +25,7 @@ from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
 from mlpstorage_py.launch import hostinfo
 from mlpstorage_py.results import libraries
-from mlpstorage_py.launch.deadline import job_deadline, rank_startup
-from mlpstorage_py.launch.job import Job, run_job
+from mlpstorage_py.launch.job import LaunchSpec, Work
 from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, SCRATCH, MpiOptions, fill, mpi_command
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
@@ -173,16 +172,14 @@ class CheckpointingBenchmark(Benchmark):
         stdout, stderr = leaf / "checkpointing_run.stdout.log", leaf / "checkpointing_run.stderr.log"
         # Progress: the engine's rank 0 prints a line per checkpoint done, after its timed span.
         marks = progress.LogMarks(stdout, r"\b((?:save|load)_ckpt\d+):")
-        with self.scratch() as scratch:
-            (scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
-            plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
-            plan.deadline_s = job_deadline(self.request.launch, len(plan.client_hosts or [1]),
-                                           io_bytes=plan.engine_parameters["checkpoint_bytes"] * count)
-            plan.startup = rank_startup(self.request.launch, plan.num_processes,  # one unit: a rank's share of a checkpoint
-                                        unit_bytes=plan.engine_parameters["checkpoint_bytes"] / plan.num_processes)
-            run_job(Job(plan.commands[0], "checkpoint engine", stdout, stderr, plan.deadline_s,
-                        echo=self.request.verbose, startup=plan.startup,
-                        progress=progress.polled("checkpoints", count, marks, "written/read")), leaf, scratch)
+        checkpoint_bytes = plan.engine_parameters["checkpoint_bytes"]
+        with self.launcher(leaf) as launcher:
+            (launcher.scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
+            plan.commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
+            self.launch(launcher, LaunchSpec(  # one unit of work: a rank's share of a checkpoint
+                plan.commands[0], "checkpoint engine", stdout, stderr, ranks=plan.num_processes,
+                work=Work(io_bytes=checkpoint_bytes * count, unit_bytes=checkpoint_bytes / plan.num_processes),
+                progress=progress.polled("checkpoints", count, marks, "written/read")), plan)
         _write_config_record(leaf, plan, self.request.launch.hosts)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:

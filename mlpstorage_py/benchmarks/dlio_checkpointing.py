@@ -23,8 +23,7 @@ from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.benchmarks.options import CheckpointingOptions
 from mlpstorage_py.errors import BenchmarkFailed, NotAvailable, UsageError
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.deadline import job_deadline, rank_startup
-from mlpstorage_py.launch.job import Job, run_job
+from mlpstorage_py.launch.job import LaunchSpec, Work
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results.io import read_json, write_json
@@ -80,21 +79,19 @@ def execute(bench: Any, plan: Plan, leaf: Path) -> None:
     params = plan.engine_parameters or {}
     ckpt = plan.parameters["checkpoint"]
     drops: list[dict[str, Any]] = []
-    with bench.scratch() as scratch:
-        commands = [fill(argv, leaf, scratch) for argv in plan.commands]
+    with bench.launcher(leaf) as launcher:
+        commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
         for phase, argv in zip(params["phases"], commands):
             out = leaf / phase_dir(phase)
             out.mkdir()
-            dlio.write_workload(scratch, dlio.workload_name(bench.request.model, f"checkpoint_{phase}"),
+            dlio.write_workload(launcher.scratch, dlio.workload_name(bench.request.model, f"checkpoint_{phase}"),
                                 params["workloads"][phase])
             if phase == "read":
                 drops = _drop_caches(bench, plan)
             count = ckpt["num_checkpoints_write" if phase == "write" else "num_checkpoints_read"]
-            deadline = job_deadline(bench.request.launch, len(plan.client_hosts or [1]),
-                                    io_bytes=params["checkpoint_bytes"] * count)
-            plan.deadline_s, plan.startup = deadline, rank_startup(bench.request.launch, plan.num_processes)
-            run_job(Job(argv, f"DLIO checkpoint {phase}", out / LOGS[0], out / LOGS[1], deadline,
-                        echo=bench.request.verbose, startup=plan.startup), leaf, scratch)
+            bench.launch(launcher, LaunchSpec(argv, f"DLIO checkpoint {phase}", out / LOGS[0], out / LOGS[1],
+                                              ranks=plan.num_processes,
+                                              work=Work(io_bytes=params["checkpoint_bytes"] * count)), plan)
         plan.commands = commands
     merge(leaf, params["phases"], plan.num_processes, drops, params["engine"])
 

@@ -38,10 +38,9 @@ from mlpstorage_py.benchmarks.options import KVCacheOptions
 from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
                                   PermissionDenied, TimeoutExpired, UsageError)
 from mlpstorage_py.results import libraries
-from mlpstorage_py.launch.deadline import job_deadline, rank_startup
 from mlpstorage_py.launch.hostnames import is_local
 from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
-from mlpstorage_py.launch.job import Job, run_job
+from mlpstorage_py.launch.job import LaunchSpec, Work
 from mlpstorage_py.launch.process import error_line
 from mlpstorage_py.results import fs_probe
 from mlpstorage_py.rules.configs import source_root
@@ -364,7 +363,8 @@ class KVCacheBenchmark(Benchmark):
 
     def _probe_shared_results(self, layout: Layout, leaf: Path | None = None) -> list[dict[str, Any]]:
         """Rules 6.3.3.4: every host must see the results directory at the same path. The per-host
-        answers go to <leaf>/kvcache_hosts.json before any failure is raised."""
+        answers go to <leaf>/kvcache_hosts.json before any failure is raised (without a leaf, the
+        logs go to a scratch directory)."""
         assert self.results_dir is not None
         hosts = list(layout.hosts)
         with contextlib.ExitStack() as stack:
@@ -401,7 +401,8 @@ class KVCacheBenchmark(Benchmark):
         failures: dict[str, dict[str, str]] = {}
         aggregates: dict[str, dict[str, Any]] = {}
         commands = iter(plan.commands)
-        with self.scratch() as scratch, progress.Progress("kvcache", len(params["options"]) * seq["trials"], "trials") as bar:
+        with self.launcher(leaf) as launcher, \
+                progress.Progress("kvcache", len(params["options"]) * seq["trials"], "trials") as bar:
             for index, (key, option) in enumerate(params["options"].items()):
                 if stopped is not None:
                     break
@@ -409,11 +410,10 @@ class KVCacheBenchmark(Benchmark):
                     log.info(f"waiting {seq['inter_option_delay_s']} s before option {key} (inter-option delay)")
                     time.sleep(seq["inter_option_delay_s"])
                 trials: list[dict[int, dict[str, Any] | None]] = all_trials.setdefault(key, [])
-                deadline = deadlines[key] = job_deadline(req.launch, len(layout.hosts), busy_s=float(option["duration"]) + DRAIN_S)
                 for trial in range(seq["trials"]):
                     if stopped is not None:
                         break
-                    argv = [a.replace(STAMP, stamp) for a in fill(next(commands), leaf, scratch)]
+                    argv = [a.replace(STAMP, stamp) for a in fill(next(commands), leaf, launcher.scratch)]
                     filled.append(argv)
                     trial_dir = leaf / f"option_{key}" / f"trial_{trial}"
                     trial_dir.mkdir(parents=True, exist_ok=True)
@@ -422,10 +422,13 @@ class KVCacheBenchmark(Benchmark):
                     outputs.append({"command": " ".join(argv), "stdout": str(out), "stderr": str(err)})
                     log.info(f"option {key} trial {trial + 1}/{seq['trials']}: {total} rank(s), {option['duration']} s")
                     try:
-                        startup = rank_startup(req.launch, total, mpi_hosts)
-                        allowances[key] = startup.allowance_s
-                        code = run_job(Job(argv, f"kvcache option {key} trial {trial}", out, err, deadline,
-                                           echo=req.verbose, check=False, startup=startup), leaf, scratch).code
+                        job = launcher.job(LaunchSpec(argv, f"kvcache option {key} trial {trial}", out, err, ranks=total,
+                                                      hosts=mpi_hosts, work=Work(busy_s=float(option["duration"]) + DRAIN_S),
+                                                      check=False))
+                        deadlines[key] = job.deadline_s
+                        assert job.startup is not None  # its ranks report: the spec's default
+                        allowances[key] = job.startup.allowance_s
+                        code = launcher.run(job).code
                     except (TimeoutExpired, Interrupted, KeyboardInterrupt) as exc:  # tree is down; record, re-raise
                         stopped = exc
                         failures.setdefault(key, {})[str(trial)] = str(exc) or "interrupted"

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed, GateRefused
-from mlpstorage_py.launch.deadline import host_facts_deadline
+from mlpstorage_py.launch.job import Launcher, LaunchSpec
 from mlpstorage_py.launch.mpi import MpiOptions, mpi_command
 from mlpstorage_py.launch.options import LaunchOptions
-from mlpstorage_py.launch.process import error_line, run_logged
+from mlpstorage_py.launch.process import error_line
 from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
 
@@ -49,7 +49,8 @@ def run_probe(results_dir: Path, hosts: list[str], launch: LaunchOptions, wrappe
               check_path: Path | None = None) -> tuple[list[dict[str, Any]], int]:
     """Launch one probe rank per host entry under a short deadline; returns one record per host
     (rank, host entry, reported hostname, path, visible, detail) and mpirun's exit code.
-    TimeoutExpired (exit 7) propagates after run_logged has torn the launcher's tree down.
+    Logs and working directory: `log_dir`. TimeoutExpired (exit 7) propagates once the
+    launcher's tree is down (launch/job.py, like every job: its shared memory swept too).
     `check_path` replaces the marker the ranks look for (tests: a path no host has)."""
     probe_dir = make_dirs(results_dir, private_path(results_dir))  # never a linked .mlps
     token = uuid.uuid4().hex
@@ -62,8 +63,9 @@ def run_probe(results_dir: Path, hosts: list[str], launch: LaunchOptions, wrappe
     out, err = log_dir / "kvcache_shared_probe.stdout.log", log_dir / "kvcache_shared_probe.stderr.log"
     log.info(f"checking that {results_dir} is shared by {', '.join(hosts)}")
     try:
-        code = run_logged(argv, stdout_path=out, stderr_path=err, cwd=log_dir, label="kvcache shared results check",
-                          deadline_s=host_facts_deadline(len(hosts)))
+        code = Launcher(launch, log_dir, log_dir).launch(LaunchSpec(
+            argv, "kvcache shared results check", out, err, ranks=len(hosts), reports=False,
+            check=False)).code
     finally:
         marker.unlink(missing_ok=True)
     return probe_records(hosts, out), code

@@ -20,9 +20,8 @@ from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import TrainingOptions, given
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, Refused, missing_directory
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.launch.deadline import job_deadline, rank_startup
-from mlpstorage_py.launch.job import Job, run_job
-from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
+from mlpstorage_py.launch.job import LaunchSpec, Work
+from mlpstorage_py.launch.mpi import MpiOptions, fill
 from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout, untrusted
@@ -374,13 +373,11 @@ class TrainingBenchmark(Benchmark):
                 self._drop_caches(plan)
             write_json(leaf / LEAF_MANIFEST, self.manifest)
         stdout, stderr = (leaf / f"training_{self.request.command}.{kind}.log" for kind in ("stdout", "stderr"))
-        with self.scratch() as scratch:
-            dlio.write_workload(scratch, self._workload_name(), plan.engine_parameters["workload"])
-            plan.commands = [fill(argv, leaf, scratch) for argv in plan.commands]
-            plan.deadline_s = self._deadline(plan)
-            plan.startup = rank_startup(self.request.launch, plan.num_processes)
-            run_job(Job(plan.commands[0], "DLIO", stdout, stderr, plan.deadline_s, echo=self.request.verbose,
-                        progress=self._progress(plan, stderr), startup=plan.startup), leaf, scratch)
+        with self.launcher(leaf) as launcher:
+            dlio.write_workload(launcher.scratch, self._workload_name(), plan.engine_parameters["workload"])
+            plan.commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
+            self.launch(launcher, LaunchSpec(plan.commands[0], "DLIO", stdout, stderr, ranks=plan.num_processes,
+                                             work=self._work(plan), progress=self._progress(plan, stderr)), plan)
 
     def _progress(self, plan: Plan, stderr_log: Path) -> Any:
         """Datagen: the training files in the data directory; run: the epochs DLIO logged ending."""
@@ -403,19 +400,18 @@ class TrainingBenchmark(Benchmark):
         if plan.page_cache["before_run"] != "dropped":
             log.warning(f"page cache {plan.page_cache['before_run']}: the first epoch may read from memory")
 
-    def _deadline(self, plan: Plan) -> float:
-        """From the work: every epoch reads the dataset once (datagen writes it once), plus the
-        emulated compute time of every step."""
+    def _work(self, plan: Plan) -> Work:
+        """Every epoch reads the dataset once (datagen writes it once), plus the emulated compute
+        time of every step."""
         ds, train = plan.parameters["dataset"], plan.parameters.get("train", {})
         data_bytes = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) * int(ds["record_length_bytes"])
-        hosts = len(host_slots(MpiOptions.of(self.request.launch).hosts, plan.num_processes))
         if self.request.command == "datagen":
-            return job_deadline(self.request.launch, hosts, io_bytes=data_bytes)
+            return Work(io_bytes=data_bytes)
         epochs = int(train.get("epochs", 1))
         steps = int(ds["num_files_train"]) * int(ds["num_samples_per_file"]) / max(
             1, int(plan.parameters["reader"]["batch_size"]) * plan.num_processes)
         busy = epochs * steps * float(train.get("computation_time", 0) or 0)
-        return job_deadline(self.request.launch, hosts, io_bytes=epochs * data_bytes, busy_s=busy)
+        return Work(io_bytes=epochs * data_bytes, busy_s=busy)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:
         command = self.request.command

@@ -126,15 +126,13 @@ class VectorDBBenchmark(Benchmark):
         plan.engine_parameters = {"engine": self.engine, "backend": self._backend_kind(parameters)}
         if req.command == "run":
             vectordb_run.check_clients(req.launch.hosts, parameters["database"])
-            layout = self.launch_layout(plan)
-            if layout is not None:
-                plan.commands = [vectordb_run.rank_command(*layout)]
+            plan.commands = [vectordb_run.client_command(req.launch, plan.num_processes)]
         plan.report = self._report(parameters)
         return plan
 
     def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
-        """(MpiOptions, ranks) of the query clients when they run as MPI ranks (--hosts), else
-        None: local worker processes, no MPI."""
+        """(MpiOptions, ranks) of the query clients when they run over client hosts (--hosts),
+        else None: local workers, on this host only (no host to probe or describe)."""
         if self.request.command != "run":
             return None
         return vectordb_run.layout(self.request.launch, int(plan.parameters["run"]["num_query_processes"]))

@@ -1,6 +1,8 @@
-"""`vectordb run`: gates on the collection, exact ground truth, then the timed queries, either
-from local worker processes (vectordb.query) or, with --hosts, from MPI ranks spread over client
-hosts (vectordb.rank) that all query one Milvus server; one summary either way.
+"""`vectordb run`: gates on the collection, exact ground truth, then the timed queries from MPI
+ranks (vectordb.rank) launched like every job (launch/job.py: start-up allowance, stall
+watchdog, telemetry, teardown and sweeps): local query workers on this host by default, or,
+with --hosts, ranks spread over client hosts that all query one Milvus server; one summary
+either way, in the shape each has always had.
 
 Milvus Lite is a database embedded in this process, so query clients on other hosts need a
 Milvus server (--host/--port) at an address they can route to: both are refused up front.
@@ -18,7 +20,6 @@ from typing import Any, Sequence
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.launch.options import LaunchOptions
-from mlpstorage_py.results import libraries
 from mlpstorage_py.results.io import iso_from_epoch, write_json
 from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
@@ -59,7 +60,8 @@ def check_clients(hosts: Sequence[str], database: dict[str, Any]) -> None:
 
 
 def layout(launch: LaunchOptions, processes: int) -> tuple[Any, int] | None:
-    """(MpiOptions, ranks) of the query clients over --hosts, or None when they are local worker processes."""
+    """(MpiOptions, ranks) of the query clients over client hosts (--hosts), or None when they
+    are local workers (no host to probe or describe)."""
     if not launch.hosts:
         return None
     from mlpstorage_py.launch.mpi import MpiOptions
@@ -67,10 +69,17 @@ def layout(launch: LaunchOptions, processes: int) -> tuple[Any, int] | None:
     return MpiOptions.of(launch), processes
 
 
-def rank_command(opts: Any, processes: int) -> list[str]:
-    from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, mpi_command
+def client_command(launch: LaunchOptions, processes: int) -> list[str]:
+    """The query clients' command: ranks over --hosts reading their spec in the leaf, or local
+    workers reading it in the scratch directory, started by mpirun unless --mpi-bin says
+    otherwise (srun would place them on any node of the allocation, away from Milvus Lite)."""
+    from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, SCRATCH, MpiOptions, mpi_command
 
-    return mpi_command(opts, processes, [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.vectordb.rank", f"{LEAF}/{SPEC_FILE}"])
+    opts, where = MpiOptions.of(launch), LEAF
+    if not launch.hosts:
+        opts.mpi_bin, where = opts.mpi_bin or "mpirun", SCRATCH
+    return mpi_command(opts, processes, [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.vectordb.rank",
+                                         f"{where}/{SPEC_FILE}"])
 
 
 def busy_seconds(run: dict[str, Any], processes: int) -> float:
@@ -136,10 +145,7 @@ class QueryRun:
             log.info(f"queries: {run['num_query_processes']} process(es){where}, {amount}, batches of "
                      f"{run['batch_size']}, top-{k}, {search['search_params']}")
             disk = DiskIO()
-            if mpi is None:
-                measured = self._local_workers(db, queries, truth, metric, timeouts)
-            else:
-                measured = self._mpi_ranks(db, mpi, metric, query_digest, truth, timeouts)
+            measured = self._query_clients(db, mpi, metric, query_digest, truth, timeouts)
             disk_io = disk.result()
             after = db.serving(index_type)
             if not after["served_by_named_index"]:
@@ -202,83 +208,49 @@ class QueryRun:
                 index[key] = built[milvus]
         return info, metric
 
-    def _local_workers(self, db: Any, queries: Any, truth: Any, metric: str, timeouts: Any) -> dict[str, Any]:
-        """Spawned worker processes on this host; throughput over first start to last end."""
-        import numpy as np
-
-        from mlpstorage_py.vectordb import groundtruth
-        from mlpstorage_py.vectordb.query import latency_stats, recall_stats, run_workers
-
-        run, search = self.plan.parameters["run"], self.plan.parameters["search"]
-        k = search["search_limit"]
-        with self.bench.scratch() as scratch:
-            qpath = scratch / "queries.npy"
-            np.save(qpath, queries)
-            specs = [{
-                "worker": w, "workers": run["num_query_processes"], "uri": db.uri, "collection": db.collection,
-                "queries_path": str(qpath), "timeout": timeouts.search, "batch_size": run["batch_size"],
-                "limit": k, "metric_type": metric, "search_params": search["search_params"],
-                "anns_field": VECTOR_FIELD, "runtime": run["runtime"], "total_queries": run["queries"],
-                "report_count": run["report_count"], "output_csv": str(self.leaf / f"vectordb_worker_{w}.csv"),
-                "libraries_dir": str(self.leaf / libraries.DIR_NAME),
-                "latency_path": str(scratch / f"latency_{w}.npy"),
-            } for w in range(run["num_query_processes"])]
-            result = run_workers(specs, start_timeout=timeouts.worker_start,
-                                 stall_timeout=timeouts.search + 60, progress=self.bench._progress)
-            batches = np.concatenate([np.load(s["latency_path"]) for s in specs]) if specs else np.empty((0, 2))
-        workers = result["workers"]
-        hits: dict[int, list[int]] = {}
-        for worker in workers:
-            for q, ids in worker["hits"].items():
-                hits.setdefault(int(q), ids)
-        total = sum(w["queries"] for w in workers)
-        seconds = max(w["end"] for w in workers) - min(w["start"] for w in workers)
-        _, recalls = groundtruth.recall(hits, truth, k)
-        rstats = recall_stats(recalls, k)
-        return {"throughput_qps": total / seconds if seconds > 0 else 0.0,
-                "total_queries": total, "query_count": total, "total_time_seconds": seconds,
-                "batch_count": int(len(batches)), "successful_batches": int(len(batches)), "failed_batches": 0,
-                **latency_stats(batches), "recall": rstats.get("mean_recall"), "recall_stats": rstats,
-                "workers": [{k_: v for k_, v in w.items() if k_ != "hits"} for w in workers],
-                "merged_hits": hits}
-
-    def _mpi_ranks(self, db: Any, mpi: tuple[Any, int], metric: str, digest: str, truth: Any,
-                   timeouts: Any) -> dict[str, Any]:
-        """The ranks over the client hosts, each writing its file into the leaf; every file is
-        checked and the measurement is aggregated from them (clients.aggregate)."""
-        from mlpstorage_py.launch.deadline import job_deadline, startup
-        from mlpstorage_py.launch.job import Job, run_job
+    def _query_clients(self, db: Any, mpi: tuple[Any, int] | None, metric: str, digest: str, truth: Any,
+                       timeouts: Any) -> dict[str, Any]:
+        """The query clients as one job (the plan's command): each rank writes its file, every
+        file is checked, and the measurement is built from them; over client hosts as
+        clients.aggregate does, for local workers as they always reported."""
+        from mlpstorage_py.launch.job import LaunchSpec, Work
         from mlpstorage_py.launch.mpi import fill, host_slots, placement
         from mlpstorage_py.vectordb.clients import aggregate, read_ranks
 
         p, leaf = self.plan.parameters, self.leaf
         ds, run, search = p["dataset"], p["run"], p["search"]
-        opts, processes = mpi
-        slots = host_slots(opts.hosts, processes)
+        processes = run["num_query_processes"]
         spec = {"leaf": str(leaf), "world_size": processes, "uri": db.uri, "collection": db.collection,
                 "seed": ds["seed"], "distribution": ds["distribution"], "dimension": ds["dimension"],
                 "num_query_vectors": search["num_query_vectors"], "query_set_sha256": digest,
                 "timeout": timeouts.search, "batch_size": run["batch_size"], "limit": search["search_limit"],
                 "metric_type": metric, "search_params": search["search_params"], "anns_field": VECTOR_FIELD,
                 "runtime": run["runtime"], "total_queries": run["queries"], "report_count": run["report_count"]}
-        write_json(leaf / SPEC_FILE, spec)
-        deadline = job_deadline(self.request.launch, len(slots), busy_s=busy_seconds(run, processes))
-        with self.bench.scratch() as scratch:
-            argv = fill(rank_command(opts, processes), leaf, scratch)
+        name, logs = ("vectordb query ranks", "vectordb_ranks") if mpi else ("vectordb query workers", "vectordb_workers")
+        with self.bench.launcher(leaf) as launcher:
+            home = leaf if mpi else launcher.scratch  # where the spec and the rank files go
+            if mpi is None:  # local workers: their rank files stay in the scratch; the leaf gets their CSVs
+                spec.update(rank_dir=str(home), worker_csv=True)
+            write_json(home / SPEC_FILE, spec)
+            argv = fill(self.plan.commands[0], leaf, launcher.scratch)
             self.plan.commands = [argv]
-            begin = startup(self.request.launch, placement(slots))
-            done = run_job(Job(argv, "vectordb query ranks", leaf / "vectordb_ranks.stdout.log",
-                               leaf / "vectordb_ranks.stderr.log", deadline, echo=self.request.verbose,
-                               startup=begin), leaf, scratch)
-        docs = read_ranks(leaf, processes)
+            job = launcher.job(LaunchSpec(argv, name, leaf / f"{logs}.stdout.log", leaf / f"{logs}.stderr.log", ranks=processes,
+                                          hosts=None if mpi is None else mpi[0].hosts,
+                                          work=Work(busy_s=busy_seconds(run, processes))))
+            done = launcher.run(job)
+            docs = read_ranks(home, processes)
+        if mpi is None:
+            return _local_measurement(docs, truth, search["search_limit"])
         measured = aggregate(docs, truth, search["search_limit"])
+        slots = host_slots(mpi[0].hosts, processes)
         wanted = placement(slots)
         measured["workers"] = measured.pop("ranks")
         for rank in measured["workers"]:
             rank["placed_on"] = wanted[rank["rank"]]
+        assert job.startup is not None  # the ranks report: the spec's default
         measured["query_clients"] = {
             "launcher": "mpi", "command": argv, "layout": [list(s) for s in slots], "ranks": processes,
-            "hosts": measured.pop("hosts"), "deadline_s": deadline, "startup_allowance_s": begin.allowance_s,
+            "hosts": measured.pop("hosts"), "deadline_s": job.deadline_s, "startup_allowance_s": job.startup.allowance_s,
             "startup_seconds": done.startup_s, "launch_wall_seconds": done.wall_s,
             "rank_files": [f"vectordb_rank_{r}.json" for r in range(processes)], "spec": SPEC_FILE,
             "aggregation": {
@@ -332,3 +304,29 @@ def _succeeded(meta: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and data.get("exit_status") == 0
+
+
+def _local_measurement(docs: list[dict[str, Any]], truth: Any, k: int) -> dict[str, Any]:
+    """The local workers' figures, as they have always been reported: throughput over the first
+    worker's start to the last one's end (one host, one clock), latencies from every batch, the
+    first result list of each query index for recall."""
+    import numpy as np
+
+    from mlpstorage_py.vectordb import groundtruth
+    from mlpstorage_py.vectordb.query import latency_stats, recall_stats
+
+    batches = np.array([row for d in docs for row in d["latencies"]], dtype=np.float64).reshape(-1, 2)
+    hits: dict[int, list[int]] = {}
+    for doc in docs:
+        for q, ids in doc["hits"].items():
+            hits.setdefault(int(q), ids)
+    total = sum(d["queries"] for d in docs)
+    seconds = max(d["end"] for d in docs) - min(d["start"] for d in docs)
+    _, recalls = groundtruth.recall(hits, truth, k)
+    rstats = recall_stats(recalls, k)
+    return {"throughput_qps": total / seconds if seconds > 0 else 0.0,
+            "total_queries": total, "query_count": total, "total_time_seconds": seconds,
+            "batch_count": int(len(batches)), "successful_batches": int(len(batches)), "failed_batches": 0,
+            **latency_stats(batches), "recall": rstats.get("mean_recall"), "recall_stats": rstats,
+            "workers": [{key: d[key] for key in ("batches", "queries", "start", "end", "seconds")} for d in docs],
+            "merged_hits": hits}

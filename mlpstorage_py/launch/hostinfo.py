@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed
-from mlpstorage_py.launch.deadline import host_facts_deadline
 from mlpstorage_py.launch.host_config import host_config
 from mlpstorage_py.launch.hostnames import is_local
-from mlpstorage_py.launch.job import scratch_dir
+from mlpstorage_py.launch.job import LaunchSpec, launching
 from mlpstorage_py.launch.mpi import SAFE_PATH, MpiOptions, host_slots, mpi_command, uses_remote_shell
+from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results.host import meminfo_bytes
 
 
@@ -120,7 +120,7 @@ def _records(layout: list[tuple[str, int]], facts: list[dict[str, Any]], method:
 
 
 def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: bool = False,
-           deadline_s: float | None = None, label: str = "host facts") -> list[dict[str, Any]]:
+           label: str = "host facts") -> list[dict[str, Any]]:
     """A record per host of the layout `processes` ranks get on opts.hosts; with drop_cache,
     each host also drops its page cache and says whether it did."""
     layout = host_slots(opts.hosts, processes)
@@ -130,7 +130,7 @@ def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: b
         return _records(layout, [fact] * len(layout), "local")
     if slurm_places:
         # srun decides where ranks go: start every rank and group the reports by hostname.
-        facts = _launch(opts, processes, results_dir, drop_cache, deadline_s, label)
+        facts = _launch(opts, processes, results_dir, drop_cache, label)
         by_host: dict[str, dict[str, Any]] = {}
         for rank, fact in enumerate(facts):
             entry = by_host.setdefault(fact["hostname"], {"host": fact["hostname"], **fact, "ranks": [],
@@ -139,23 +139,20 @@ def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: b
         return list(by_host.values())
     one_each = MpiOptions(hosts=[f"{h}:1" for h, _ in layout], mpi_bin=opts.mpi_bin, oversubscribe=opts.oversubscribe,
                           allow_run_as_root=opts.allow_run_as_root, extra=opts.extra)
-    facts = _launch(one_each, len(layout), results_dir, drop_cache, deadline_s, label)
+    facts = _launch(one_each, len(layout), results_dir, drop_cache, label)
     return _records(layout, facts, "mpi")
 
 
-def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, deadline_s: float | None,
-            label: str) -> list[dict[str, Any]]:
-    """Run this module as `ranks` MPI ranks; every rank's facts, in rank order."""
-    from mlpstorage_py.launch.process import run_logged
-
-    with scratch_dir(results_dir, "hostinfo") as tmp:
+def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, label: str) -> list[dict[str, Any]]:
+    """Run this module as `ranks` MPI ranks, a short job (launch/job.py); every rank's facts, in rank order."""
+    with launching(LaunchOptions(), results_dir, "hostinfo") as launcher:
+        tmp = launcher.scratch
         out = tmp / "hosts.json"
         program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.launch.hostinfo", str(out)] + \
             (["--drop-cache"] if drop_cache else [])
         argv = mpi_command(opts, ranks, program)
-        deadline = deadline_s or host_facts_deadline(ranks)
-        code = run_logged(argv, stdout_path=tmp / "out.log", stderr_path=tmp / "err.log", cwd=tmp,
-                          label=label, deadline_s=deadline)
+        code = launcher.launch(LaunchSpec(argv, label, tmp / "out.log", tmp / "err.log", ranks=ranks, reports=False,
+                                          check=False)).code
         if code != 0 or not out.is_file():
             from mlpstorage_py.launch.process import error_line
 

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
 from mlpstorage_py.launch import process
-from mlpstorage_py.launch.deadline import job_deadline
+from mlpstorage_py.launch.job import Launcher, LaunchSpec, Work
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import check_hosts, remote_shell
@@ -200,14 +200,14 @@ def _host_argv(host: str | None, fio: str, args: list[str]) -> list[str]:
     return [*shell, *options, host_name(host), REMOTE.format(fio=shlex.join(["fio", *args]))]
 
 
-def _run_all(runs: list[HostRun], deadline_s: float, echo: bool) -> None:
-    """Every host's fio at once (threads over process.run_logged, each with the deadline and
-    teardown); an interrupt stops every fio tree before it propagates."""
+def _run_all(runs: list[HostRun], launcher: Launcher, work: Work) -> None:
+    """Every host's fio at once (threads over the launch path, launch/job.py: each its deadline,
+    teardown and sweeps); an interrupt stops every fio tree before it propagates."""
     def one(run: HostRun) -> None:
         try:
-            run.code = process.run_logged(run.argv, stdout_path=run.stdout, stderr_path=run.stderr,
-                                          cwd=run.stdout.parent, label=f"fio on {run.host}", echo=echo,
-                                          deadline_s=deadline_s)
+            run.code = launcher.launch(LaunchSpec(run.argv, f"fio on {run.host}", run.stdout, run.stderr,
+                                                  hosts=[host_name(run.host)], work=work, reports=False,
+                                                  check=False)).code
         except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
             run.error = exc
 
@@ -322,7 +322,8 @@ def dirty_held(jobs: list[distiller.Job]) -> int:
 @dataclass
 class Plan:
     """What a replay runs: the checked job, each host's fio arguments (less the job file), the
-    page-cache bound of this host's fio in bytes (0: none), the jobs and the deadline."""
+    page-cache bound of this host's fio in bytes (0: none), the jobs and the work each fio's
+    deadline is derived from (the trace's bytes, and the runtime cap as it is)."""
 
     leaf: Path
     directory: Path
@@ -336,7 +337,7 @@ class Plan:
     plan: list[tuple[str, list[str]]]
     limit: int
     made: list[distiller.Job]
-    deadline: float
+    work: Work
 
 
 def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: float | None,
@@ -371,10 +372,10 @@ def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: f
         plan = [("localhost", common)]
     made = distiller.jobs(trace, meta)[0]
     total = sum(j.read_bytes + j.write_bytes for j in made)
-    deadline = job_deadline(LaunchOptions(), len(plan), io_bytes=total) + (runtime_cap or 0)
     mib = int(distiller.settings()["page_cache_mib"]) if page_cache_mib is None else page_cache_mib
     limit = mib * MIB + 2 * fio_buffers(made) + dirty_held(made) if mib else 0
-    return Plan(leaf, directory, trace, meta, fio, text, job_file, written, hosts, plan, limit, made, deadline)
+    return Plan(leaf, directory, trace, meta, fio, text, job_file, written, hosts, plan, limit, made,
+                Work(io_bytes=total, capped_s=runtime_cap or 0))
 
 
 def command_text(p: Plan) -> str:
@@ -414,7 +415,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
                         Path(scratch) / f"fio{i}.json", Path(scratch) / f"fio{i}.err") for i, (host, argv) in enumerate(plan)]
         with page_cache.bounded(p.limit) as bound:
             log.info(f"replay: this host's page cache {bound}")
-            _run_all(runs, p.deadline, echo)
+            _run_all(runs, Launcher(LaunchOptions(), leaf, Path(scratch), echo=echo), p.work)
         reports = []
         for run in runs:
             report = fio_report(run.stdout)

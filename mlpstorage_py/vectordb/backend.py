@@ -45,7 +45,6 @@ class Timeouts:
     load: float = 1800
     search: float = 120
     read_back: float = 600
-    worker_start: float = 300
     index_stall: float = 900
     compaction_stall: float = 900
 

@@ -1,6 +1,8 @@
-"""One query client as an MPI rank, for `vectordb run --hosts`: it may run on another host, so
-it takes everything from a spec file in the (shared) leaf and rebuilds the query set from the
-seed rather than reading the parent's memory.
+"""One query client as an MPI rank: over client hosts for `vectordb run --hosts`, on this host
+(the default's local query workers) otherwise, so every query job runs through the one launch
+path (launch/job.py). A rank may run on another host, so it takes everything from a spec file
+in the (shared) leaf, or in the scratch directory for local workers, and rebuilds the query set
+from the seed rather than reading the parent's memory.
 
 Run as: <mpirun> -n P --host h1:s1,... python -m mlpstorage_py.vectordb.rank LEAF/query_clients.json
 
@@ -11,6 +13,8 @@ from the barrier on its own monotonic clock (no cross-host clock comparison). Ea
 vectordb_rank_<r>.json into the leaf with its hostname, its raw per-batch latencies and the
 first result list of each query index it issued; the parent aggregates (clients.aggregate).
 It then records the libraries it imported (results/libraries.py) in the leaf's rank_libraries/.
+A local worker's rank file goes to the spec's `rank_dir` (the scratch directory) instead, and it
+writes its batch timings to the leaf (vectordb_worker_<r>.csv), as the local workers always did.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.results import libraries
 
 RANK_FILE = "vectordb_rank_{rank}.json"
+WORKER_CSV = "vectordb_worker_{rank}.csv"
+CSV_HEADER = "batch,first_query,batch_size,start_s,latency_ms,ok\n"
 
 # The launcher that started this rank, read before anything can outlive it (rank_guard).
 _PARENT = os.getppid()
@@ -39,9 +45,11 @@ def rank_path(leaf: Path, rank: int) -> Path:
     return Path(leaf) / RANK_FILE.format(rank=rank)
 
 
-def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor: str) -> dict[str, Any]:
+def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor: str,
+             timings: list[tuple[int, int, int, float, float]] | None = None) -> dict[str, Any]:
     """The body of one rank; returns its record (the caller writes it). `barrier` releases all
-    ranks together once every one of them is connected and warmed up."""
+    ranks together once every one of them is connected and warmed up. `timings` gets each
+    batch's (global batch, first query index, size, start and latency in ms)."""
     from pymilvus import MilvusClient
 
     from mlpstorage_py.vectordb import generate
@@ -87,6 +95,8 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
         began = time.perf_counter()
         result, rows = search(first, count)
         latencies.append([count, (time.perf_counter() - began) * 1000.0])
+        if timings is not None:
+            timings.append((g, first % nq, count, began - t0, latencies[-1][1]))
         for q, found in zip(rows, result):
             hits.setdefault(str(q), [int(h["id"]) for h in found])
         done += count
@@ -102,6 +112,13 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
             "connect_and_warmup_seconds": connect_s, "start": started_wall, "end": ended_wall, "seconds": seconds,
             "batches": len(latencies), "queries": done, "qps": done / seconds if seconds > 0 else 0.0,
             "latencies": latencies, "hits": hits}
+
+
+def write_worker_csv(path: Path, timings: list[tuple[int, int, int, float, float]]) -> None:
+    """A local worker's batch timings, one line per batch."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(CSV_HEADER)
+        fh.writelines(f"{g},{first},{size},{start_s:.6f},{ms:.6f},1\n" for g, first, size, start_s, ms in timings)
 
 
 def write_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -121,8 +138,11 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
     report_started(rank)
     try:
         spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-        record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name())
-        write_atomic(rank_path(Path(spec["leaf"]), rank), record)
+        timings: list[tuple[int, int, int, float, float]] | None = [] if spec.get("worker_csv") else None
+        record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name(), timings)
+        if timings is not None:
+            write_worker_csv(Path(spec["leaf"]) / WORKER_CSV.format(rank=rank), timings)
+        write_atomic(rank_path(Path(spec.get("rank_dir") or spec["leaf"]), rank), record)
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
     except BaseException as exc:  # noqa: BLE001 - one line for the parent, then stop the whole job
         # The one-line cause first: the parent quotes the first exception line it finds.
