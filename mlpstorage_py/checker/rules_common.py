@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import TIMESTAMP, Leaf, Package, Result, System
+from mlpstorage_py.checker.judging import package_of
 from mlpstorage_py.checker.registry import INVALID, INFO, LEAF, PACKAGE, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.results import libraries
 from mlpstorage_py.results import code_image
@@ -53,7 +54,7 @@ def code_pointer(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     digest = code_image.parse_pointer(leaf.pointer)
     if digest is None:
         yield r.invalid(leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
-    elif not _listed_image(leaf.package.resolve_image(leaf, digest)):
+    elif not _listed_image(package_of(leaf).resolve_image(leaf, digest)):
         yield r.invalid(leaf.path, f"code image code-{digest[:8]} is not in the pool")
 
 
@@ -114,7 +115,7 @@ def closed_checksum(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     if leaf.division != "closed" or leaf.pointer is None:
         return
     edition = leaf.stamped_edition if leaf.stamped_edition != "unknown" else tables.editions()["current_edition"]
-    reference = leaf.package.reference_digest
+    reference = package_of(leaf).reference_digest
     published = reference_digests(edition) + ([reference] if reference else [])
     digest = code_image.parse_pointer(leaf.pointer)
     if published and digest not in published:
@@ -193,7 +194,7 @@ def submission_manifest(r: Rule, pkg: Package) -> Iterable[Finding]:
 @MANIFEST.check(LEAF)
 def stamped_as_declared(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A leaf's stamped edition is the one its submission.yaml declares."""
-    edition = _declared_edition(leaf.package, leaf.division, leaf.org)
+    edition = _declared_edition(package_of(leaf), leaf.division, leaf.org)
     if edition is not None and leaf.stamped_edition not in ("unknown", edition):
         yield r.invalid(leaf.path, f"leaf stamped {leaf.stamped_edition}, manifest declares {edition}")
 
@@ -252,13 +253,13 @@ def comparability_class(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                         f"core config {digest} of {leaf.benchmark} {leaf.model} ({accelerator}) is in no comparability class")
 
 
-def _hosts(stamp: dict) -> list[dict]:
+def _hosts(stamp: dict[str, Any]) -> list[dict[str, Any]]:
     """The per-host records of what the ranks imported (results/libraries.py); [] for a leaf
     written before they were recorded, whose launcher-side fields are then judged."""
     return libraries.host_entries(stamp.get("libraries"))
 
 
-def _by_value(hosts: list[dict], value: Callable[[dict], str]) -> dict[str, list[str]]:
+def _by_value(hosts: list[dict[str, Any]], value: Callable[[dict[str, Any]], str]) -> dict[str, list[str]]:
     """{value(host entry): [hostnames]}, in host order."""
     grouped: dict[str, list[str]] = {}
     for entry in hosts:
@@ -315,7 +316,7 @@ def storage_library_version(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         return
     library = stamp.get("storage_library")
     name = str(library.get("name") or "") if isinstance(library, dict) else None
-    if not name or name == "none":
+    if not isinstance(library, dict) or not name or name == "none":
         return  # a file run: no client storage library
     edition = leaf.stamped_edition
     accepted = (tables.edition(edition).get("storage_libraries") or {}).get(name, []) if edition in tables.editions()["editions"] else []

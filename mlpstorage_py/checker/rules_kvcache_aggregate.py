@@ -37,7 +37,7 @@ def recompute(files: list[RankFile]) -> Recomputed | None:
     trials: dict[int, list[RankFile]] = {}
     for f in sorted(files, key=lambda f: (f.trial, f.rank)):
         trials.setdefault(f.trial, []).append(f)
-    sums = {"read": [], "write": [], "tokens": []}
+    sums: dict[str, list[float]] = {"read": [], "write": [], "tokens": []}
     device_read = device_write = 0.0
     cpu_tier: set[int] = set()
     storage_ranks = 0
@@ -225,8 +225,8 @@ def headline(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                 if name in line and as_number(line[name]) is not None and as_number(want) is not None and line[name] != want:
                     yield r.invalid(leaf.path_of("summary"),
                                     f"Option {option}'s headline {name} {line[name]!r} differs from {key} {want!r}")
-    for absent, options in lacking.items():
+    for names, options in lacking.items():
         label = f"Option {options[0]}'s headline" if len(options) == 1 else f"the headline of Options {', '.join(options)}"
-        yield r.invalid(leaf.path_of("summary"), f"{label} lacks {absent}")
+        yield r.invalid(leaf.path_of("summary"), f"{label} lacks {names}")
 
 

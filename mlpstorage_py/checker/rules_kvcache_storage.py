@@ -3,6 +3,7 @@ which holds the leaf model these rules read)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable
 
 from mlpstorage_py.checker.judging import checker_block
@@ -95,7 +96,7 @@ def object_latency_scope(r: Rule, system: System) -> Iterable[Finding]:
 
 # --- 6.6 CLOSED / OPEN -------------------------------------------------------------------------
 
-def _overrides(kv: Kv) -> dict:
+def _overrides(kv: Kv) -> dict[str, Any]:
     value = dig(kv.metadata, "override_parameters")
     return value if isinstance(value, dict) else {}
 
@@ -141,7 +142,7 @@ def closed_immutable(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                                                  ("trace_path", None), ("prefill_only", False), ("decode_only", False))
                if k in run and not (run[k] == want or (want is None and not run[k]))]
         if bad:
-            yield r.invalid(rf.path, f"{rf.where} ran {', '.join(bad)}")
+            yield r.invalid(rf.path or rf.where, f"{rf.where} ran {', '.join(bad)}")
 
 
 @rule("6.6.2", "kvcacheOpenAllowances").check(LEAF, benchmark=FAMILY, command="run")
@@ -159,10 +160,11 @@ def open_allowances(r: Rule, leaf: Leaf) -> Iterable[Finding]:
             yield r.invalid(kv.path, f"Option {option} is not an Option of Table KVCache-1")
             continue
         want = table["max_concurrent_allocs"]
-        seen = [("parameters.options", (kv.planned(option) or {}).get("max_concurrent_allocs"), leaf.path_of("metadata"))]
+        seen: list[tuple[str, Any, Path | str]] = [("parameters.options", (kv.planned(option) or {}).get("max_concurrent_allocs"), leaf.path_of("metadata"))]
         seen += [(f"trial {inv.trial} --max-concurrent-allocs", inv.flags.get("max-concurrent-allocs"), leaf.path_of("metadata"))
                  for inv in kv.invocations_of(option)]
-        seen += [(rf.where, rf.run.get("max_concurrent_allocs"), rf.path) for rf in kv.files_of(option) if rf.data is not None]
+        seen += [(rf.where, rf.run.get("max_concurrent_allocs"), rf.path or rf.where) for rf in kv.files_of(option)
+                 if rf.data is not None]
         for where, value, path in seen:
             if value is not None and not _same(value, want):
                 yield r.invalid(path, f"Option {option} {where} is {value}; max-concurrent-allocs is not an OPEN "

@@ -50,7 +50,7 @@ def fixed_workload(r: Rule, leaf: Leaf) -> Iterable[Finding]:
             evidence += 1
             bad = _mismatches(rf.run, expected, OPTION_KEYS)
             if bad:
-                yield r.invalid(rf.path, f"{rf.where} ran {'; '.join(bad)}")
+                yield r.invalid(rf.path or rf.where, f"{rf.where} ran {'; '.join(bad)}")
         if not evidence:
             yield r.invalid(kv.path,
                             f"cannot check Option {option}: no plan, invocation or per-rank result records its parameters")
@@ -113,10 +113,10 @@ def sequence_locks(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         for rf in kv.files_of(option):
             seed = as_int(rf.run.get("seed", dig(rf.data, "seed")))
             if seed is not None and seed != expected["seed"] + rf.rank:
-                yield r.invalid(rf.path,
+                yield r.invalid(rf.path or rf.where,
                                 f"{rf.where} ran seed {seed}, not {expected['seed']} + rank = {expected['seed'] + rf.rank}")
             if rf.data is not None and not _bundled(rf.run.get("config")):
-                yield r.invalid(rf.path, f"{rf.where} ran with --config {rf.run.get('config')}")
+                yield r.invalid(rf.path or rf.where, f"{rf.where} ran with --config {rf.run.get('config')}")
         trials = sorted({t for (o, t) in kv.rank_dirs if o == option})
         if trials and len(trials) != expected["trials"]:
             yield r.invalid(kv.path / f"option_{option}", f"{len(trials)} trial directories, not {expected['trials']}")
@@ -140,7 +140,7 @@ def autoscaling(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(leaf.path_of("metadata"), f"--enable-autoscaling passed to kv-cache.py in {', '.join(hits[:3])}")
     for rf in kv.rank_files:
         if _autoscaling(rf.run.get("enable_autoscaling")) or (as_int(dig(rf.summary, "autoscaling_summary", "total_scale_events")) or 0) > 0:
-            yield r.invalid(rf.path, f"{rf.where} ran with autoscaling")
+            yield r.invalid(rf.path or rf.where, f"{rf.where} ran with autoscaling")
     planned = dig(kv.parameters, "global") or {}
     if _autoscaling(planned.get("enable_autoscaling")) or _autoscaling(planned.get("autoscaling")):
         yield r.invalid(leaf.path_of("metadata"), "parameters.global enables autoscaling")
@@ -225,7 +225,7 @@ def scale_up(r: Rule, leaf: Leaf) -> Iterable[Finding]:
                 continue
             bad = [f"{k} {rf.run.get(k)}" for k in keys if not _same(rf.run.get(k), expected[k])]
             if bad:
-                yield r.invalid(rf.path, f"{rf.where} ran {', '.join(bad)}; every client runs the Option's "
+                yield r.invalid(rf.path or rf.where, f"{rf.where} ran {', '.join(bad)}; every client runs the Option's "
                                          f"{', '.join(f'{k}={expected[k]}' for k in keys)}")
 
 
@@ -246,16 +246,16 @@ def client_isolation(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     for rf in kv.rank_files:
         if rf.data is not None:
             by_trial.setdefault((rf.option, rf.trial), []).append(rf)
-    for (option, trial), files in sorted(by_trial.items()):
+    for (option, trial), trial_files in sorted(by_trial.items()):
         for key, label in (("output", "result file"), ("cache_dir", "cache directory")):
             owners: dict[str, list[int]] = {}
-            for rf in files:
+            for rf in trial_files:
                 value = rf.run.get(key)
                 if isinstance(value, str) and value:
                     owners.setdefault(str(PurePosixPath(value)), []).append(rf.rank)
                     tail = PurePosixPath(value).parent.name if key == "output" else PurePosixPath(value).name
                     if tail != f"rank_{rf.rank}":
-                        yield r.invalid(rf.path, f"{rf.where}'s {label} {value} is not its own rank_{rf.rank}/ directory")
+                        yield r.invalid(rf.path or rf.where, f"{rf.where}'s {label} {value} is not its own rank_{rf.rank}/ directory")
             for value, ranks in sorted(owners.items()):
                 if len(ranks) > 1:
                     yield r.invalid(kv.path / f"option_{option}" / f"trial_{trial}",
@@ -283,7 +283,7 @@ def shared_results(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     for rf in kv.rank_files:
         output = rf.run.get("output")
         if isinstance(output, str) and base not in PurePosixPath(output).parents:
-            yield r.invalid(rf.path,
+            yield r.invalid(rf.path or rf.where,
                             f"{rf.where} wrote {output}, outside the results path {recorded} every host must share")
 
 

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def launcher_path(name: str) -> str:
     return found
 
 
-def in_slurm_allocation(env: dict[str, str] | None = None) -> bool:
+def in_slurm_allocation(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
 

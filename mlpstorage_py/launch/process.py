@@ -158,6 +158,7 @@ class _Clock:
                                      "--startup-allowance changes the allowance")
             else:
                 return min(STARTUP_POLL_S, self.launched + self.startup.allowance_s - now)
+        assert self.work_from is not None, "the start-up phase returned above until it ended"
         watch = self.startup.watch if self.startup is not None else None
         if watch is not None:
             if watch.work_from is None:
@@ -199,7 +200,7 @@ class _Clock:
             log.info(f"{self.label}: running {now - self.launched:.0f} s; last output: {last[:160]}")
 
 
-def _reap(child: subprocess.Popen, env: dict[str, str] | None) -> None:
+def _reap(child: subprocess.Popen[bytes], env: dict[str, str] | None) -> None:
     """Stop what is left of the child's tree, then remove its launcher's session directory."""
     stop_tree(child)
     remove_stale(env, {child.pid})
@@ -233,7 +234,7 @@ def tree(root: int) -> set[int]:
     return {pid for pid in found if pid in table and table[pid][2] not in "ZX"}
 
 
-def stop_tree(child: subprocess.Popen) -> None:
+def stop_tree(child: subprocess.Popen[bytes]) -> None:
     """Stop the child's whole tree. The launcher alone gets SIGTERM first, so an MPI launcher can
     stop its ranks and remote daemons in order (they would otherwise outlive it by seconds, until
     they notice their ssh session is gone); after GRACE_S (prterun ignores SIGTERM while it waits
@@ -258,7 +259,7 @@ def _signal(pids: set[int], sig: int) -> None:
             pass
 
 
-def _wait_gone(child: subprocess.Popen, pids: set[int], grace: float) -> bool:
+def _wait_gone(child: subprocess.Popen[bytes], pids: set[int], grace: float) -> bool:
     """Wait up to `grace` seconds for all of `pids` to end; reaps the child."""
     end = time.monotonic() + grace
     while time.monotonic() < end:

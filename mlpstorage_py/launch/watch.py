@@ -46,7 +46,7 @@ class RankState:
     done: bool = False
     last_report: float = 0.0
     last_advance: float = 0.0
-    history: deque = field(default_factory=lambda: deque(maxlen=64))  # (time, bytes, units)
+    history: deque[tuple[float, int, int]] = field(default_factory=lambda: deque(maxlen=64))  # (time, bytes, units)
     parts: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pid -> its (read, written, units)
     # pid -> {endpoint URL: (read, written, requests, failed)}: an object run across several endpoints
     endpoint_parts: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)

@@ -63,7 +63,8 @@ def search_params(index_type: str, search_ef: int | None) -> dict[str, Any]:
     fam = family(index_type)
     if fam.search_key is None:
         return {}
-    return {fam.search_key: int(search_ef if search_ef is not None else fam.default_search)}
+    search = search_ef if search_ef is not None else fam.default_search
+    return {fam.search_key: int(search)} if search is not None else {}
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
@@ -119,7 +120,7 @@ def datasize(index_type: str, n: int, dim: int, shards: int, index: dict[str, An
     persists them (vectors + int64 keys) plus the index files, for every family."""
     raw = n * 4 * dim
     rows = n * (4 * dim + ID_BYTES)
-    families = {}
+    families: dict[str, dict[str, Any]] = {}
     for name in FAMILIES:
         idx, model = index_bytes(name, n, dim, index)
         families[name] = {"index_bytes": idx, "total_bytes": rows + idx, "index_model": model}
