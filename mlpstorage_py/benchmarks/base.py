@@ -143,6 +143,12 @@ class Benchmark(abc.ABC):
             return None
         return MpiOptions.of(self.request.launch), plan.num_processes
 
+    def drops_cache_with_facts(self, plan: Plan) -> bool:
+        """Whether the host-facts launch also drops every host's page cache (each host's outcome
+        in its record's page_cache): one MPI launch instead of two where the work needs a drop and
+        nothing between the survey and the work reads its data."""
+        return False
+
     def traced_paths(self, plan: Plan) -> list[str]:
         """Where the work's data lives, for --trace-io: the data directory, or the s3:// location
         of an object-storage run (traced at no block device; its record says so)."""

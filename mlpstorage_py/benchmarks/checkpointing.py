@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__, progress
-from mlpstorage_py.benchmarks import dlio_checkpointing
+from mlpstorage_py.benchmarks import dlio_checkpointing, object_endpoints
 from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import CheckpointingOptions, given
@@ -32,6 +32,7 @@ from mlpstorage_py.results.tree import layout
 from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
+from mlpstorage_py.storage.endpoints import Endpoints
 
 ENGINE = ENGINE_NAME
 ENGINE_IDENTITY = {"name": ENGINE_NAME, "version": __version__, "path": checkpoint_engine.__file__,
@@ -46,6 +47,7 @@ class CheckpointingBenchmark(Benchmark):
     options_type = CheckpointingOptions
     request: Request[CheckpointingOptions]
     engine = ENGINE
+    endpoints: Endpoints | None = None  # several S3 endpoints of an object run (benchmarks/object_endpoints.py)
 
     def leaf_tail(self) -> Path:
         return layout.leaf_tail("checkpointing", model=self.request.model)
@@ -86,6 +88,13 @@ class CheckpointingBenchmark(Benchmark):
         program = [sys.executable, *SAFE_PATH, "-m", "mlpstorage_py.checkpoint.engine", "--workload", f"{SCRATCH}/workload.json",
                    "--checkpoint-folder", ckpt["checkpoint_folder"], "--output-dir", LEAF,
                    "--num-write", str(writes), "--num-read", str(reads), "--libraries", f"{LEAF}/{libraries.DIR_NAME}"]
+        hosts = len(MpiOptions.of(req.launch).hosts)
+        self.endpoints = object_endpoints.plan(
+            req, plan, largest_object=max(f.nbytes for r in range(processes) for f in layout.files(r)),
+            client_memory_gb=opts.client_host_memory_in_gb,
+            ranks_per_host=object_endpoints.ranks_per_host(processes, hosts))
+        if self.endpoints is not None:
+            program += self.endpoints.rank_args()
         if opts.o_direct:
             if req.storage == "object":
                 raise UsageError("--o-direct applies to files; an object run has no page cache to bypass")
@@ -98,6 +107,7 @@ class CheckpointingBenchmark(Benchmark):
             f"{layout.optimizer_bytes / 2**30:,.2f} GiB), TP {layout.tensor} x PP {layout.pipeline} x DP {layout.data}, "
             f"ZeRO {layout.zero_stage}, on {processes} processes",
             f"  largest per-rank share {largest / 2**30:,.2f} GiB; {writes} write(s), {reads} read(s)",
+            *object_endpoints.report(self.endpoints, processes),
         ]
         if req.command != "datasize" and self._through_dlio():
             dlio_checkpointing.plan_phases(req.options, req.launch, req.model, req.storage, plan)
@@ -157,7 +167,8 @@ class CheckpointingBenchmark(Benchmark):
     def execute(self, plan: Plan, leaf: Path) -> None:
         folder = plan.parameters["checkpoint"]["checkpoint_folder"]
         if self.request.storage == "object":
-            s3.check_reachable(s3.parse_uri(folder, "--checkpoint-folder"))
+            s3.check_reachable(s3.parse_uri(folder, "--checkpoint-folder"),
+                               endpoints=self.endpoints.urls if self.endpoints else ())
         else:
             Path(folder).mkdir(parents=True, exist_ok=True)
         if self._through_dlio():
@@ -176,10 +187,11 @@ class CheckpointingBenchmark(Benchmark):
         with self.launcher(leaf) as launcher:
             (launcher.scratch / "workload.json").write_text(json.dumps(plan.parameters), encoding="utf-8")
             plan.commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
-            self.launch(launcher, LaunchSpec(  # one unit of work: a rank's share of a checkpoint
-                plan.commands[0], "checkpoint engine", stdout, stderr, ranks=plan.num_processes,
-                work=Work(io_bytes=checkpoint_bytes * count, unit_bytes=checkpoint_bytes / plan.num_processes),
-                progress=progress.polled("checkpoints", count, marks, "written/read")), plan)
+            with object_endpoints.watched(self.endpoints, plan):
+                self.launch(launcher, LaunchSpec(  # one unit of work: a rank's share of a checkpoint
+                    plan.commands[0], "checkpoint engine", stdout, stderr, ranks=plan.num_processes,
+                    work=Work(io_bytes=checkpoint_bytes * count, unit_bytes=checkpoint_bytes / plan.num_processes),
+                    progress=progress.polled("checkpoints", count, marks, "written/read")), plan)
         _write_config_record(leaf, plan, self.request.launch.hosts)
 
     def collect(self, plan: Plan, leaf: Path) -> dict[str, Any]:

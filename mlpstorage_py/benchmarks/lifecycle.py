@@ -146,7 +146,7 @@ def _survey_hosts(bench: Benchmark, plan: Plan, metadata: dict[str, Any], result
         probes = preflight.check_hosts(opts.hosts)
         metadata["host_preflight"] = [{"host": p.host, "ok": p.ok, "detail": p.detail, "seconds": round(p.seconds, 3)}
                                       for p in probes]
-    plan.client_hosts = hostinfo.survey(opts, processes, results_dir)
+    plan.client_hosts = hostinfo.survey(opts, processes, results_dir, drop_cache=bench.drops_cache_with_facts(plan))
     metadata["client_hosts"] = plan.client_hosts
     metadata["num_client_hosts"] = len(plan.client_hosts)
 

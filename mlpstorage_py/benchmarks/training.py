@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import __version__, progress
-from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine
+from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, object_endpoints
 from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import TrainingOptions, given
@@ -28,6 +28,7 @@ from mlpstorage_py.results.tree import layout, untrusted
 from mlpstorage_py.results.tree.values import dig
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
+from mlpstorage_py.storage.endpoints import Endpoints
 
 GIB = 1024 ** 3
 LEAF_MANIFEST = "datagen-manifest.json"
@@ -116,6 +117,7 @@ class TrainingBenchmark(Benchmark):
     benchmark_type = "training"
     options_type = TrainingOptions
     request: Request[TrainingOptions]
+    endpoints: Endpoints | None = None  # several S3 endpoints of an object run (benchmarks/object_endpoints.py)
 
     def leaf_tail(self) -> Path:
         return layout.leaf_tail("training", model=self.request.model, command=self.request.command)
@@ -235,10 +237,13 @@ class TrainingBenchmark(Benchmark):
                                        "not_passed": dropped},
                     storage_library=s3.library() if data.storage == "object" else None,
                     dlio_engine=(runner.stamp, runner.stamp_tag), engine_identity=runner.identity())
+        self.endpoints = object_endpoints.plan(req, plan, native_fork=runner.native_object_storage)
         plan.commands = [dlio.command(MpiOptions.of(req.launch), int(processes), self._workload_name(),
                                       engine=runner, s3dlio=plugin,
-                                      epoch_cache=req.command == "run" and data.storage == "file")]
+                                      epoch_cache=req.command == "run" and data.storage == "file",
+                                      endpoint_args=self.endpoints.rank_args() if self.endpoints else None)]
         plan.report = [f"{req.model} {req.command}: {processes} MPI ranks, dataset {data}",
+                       *object_endpoints.report(self.endpoints, int(processes)),
                        "resolved DLIO workload:", *("  " + line for line in yaml.safe_dump(engine, sort_keys=False).splitlines())]
         return plan
 
@@ -357,7 +362,7 @@ class TrainingBenchmark(Benchmark):
             return
         data = self.dataset
         if data.storage == "object":
-            data.check()
+            data.check(self.endpoints.urls if self.endpoints else ())
             self._gate_dataset(plan)
             if self.request.command == "run":
                 self._gate_memory(plan)
@@ -376,8 +381,9 @@ class TrainingBenchmark(Benchmark):
         with self.launcher(leaf) as launcher:
             dlio.write_workload(launcher.scratch, self._workload_name(), plan.engine_parameters["workload"])
             plan.commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
-            self.launch(launcher, LaunchSpec(plan.commands[0], "DLIO", stdout, stderr, ranks=plan.num_processes,
-                                             work=self._work(plan), progress=self._progress(plan, stderr)), plan)
+            with object_endpoints.watched(self.endpoints, plan):
+                self.launch(launcher, LaunchSpec(plan.commands[0], "DLIO", stdout, stderr, ranks=plan.num_processes,
+                                                 work=self._work(plan), progress=self._progress(plan, stderr)), plan)
 
     def _progress(self, plan: Plan, stderr_log: Path) -> Any:
         """Datagen: the training files in the data directory; run: the epochs DLIO logged ending."""
@@ -388,12 +394,20 @@ class TrainingBenchmark(Benchmark):
         epochs = int(plan.parameters.get("train", {}).get("epochs", 1))
         return progress.polled("training", epochs, progress.LogMarks(stderr_log, r"Ending epoch (\d+)"), "epochs")
 
+    def drops_cache_with_facts(self, plan: Plan) -> bool:
+        """A file run's drop rides on the host-facts launch: after it, only the gates run and the
+        leaf is written (the results filesystem), nothing reads the dataset (one launch per run saved)."""
+        return self.request.command == "run" and self.dataset.storage == "file"
+
     def _drop_caches(self, plan: Plan) -> None:
         """Drop the page cache on every client host the run uses (not only this one) and record
-        each host's outcome; 'dropped' only when every host dropped."""
+        each host's outcome; 'dropped' only when every host dropped. The host-facts launch did it
+        (drops_cache_with_facts) where its records say so, else a launch of its own does."""
         assert self.results_dir is not None
-        records = hostinfo.survey(MpiOptions.of(self.request.launch), plan.num_processes, self.results_dir,
-                                  drop_cache=True, label="page-cache drop")
+        records = plan.client_hosts or []
+        if not records or any("page_cache" not in r for r in records):
+            records = hostinfo.survey(MpiOptions.of(self.request.launch), plan.num_processes, self.results_dir,
+                                      drop_cache=True, label="page-cache drop")
         plan.page_cache["before_run"] = hostinfo.cache_summary(records)
         plan.page_cache["before_run_hosts"] = [{"host": r["host"], "hostname": r["hostname"], "page_cache": r["page_cache"]}
                                                for r in records]

@@ -17,15 +17,15 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.launch.host_config import host_config
 from mlpstorage_py.launch.hostnames import is_local
-from mlpstorage_py.launch.job import LaunchSpec, launching
-from mlpstorage_py.launch.mpi import SAFE_PATH, MpiOptions, host_slots, mpi_command, uses_remote_shell
-from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results.host import meminfo_bytes
+
+if TYPE_CHECKING:
+    from mlpstorage_py.launch.mpi import MpiOptions
 
 
 def _cpu_model() -> str | None:
@@ -123,6 +123,8 @@ def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: b
            label: str = "host facts") -> list[dict[str, Any]]:
     """A record per host of the layout `processes` ranks get on opts.hosts; with drop_cache,
     each host also drops its page cache and says whether it did."""
+    from mlpstorage_py.launch.mpi import MpiOptions, host_slots, uses_remote_shell  # the launching side's only
+
     layout = host_slots(opts.hosts, processes)
     slurm_places = not uses_remote_shell(opts)
     if all(is_local(h) for h, _ in layout) and not slurm_places:
@@ -145,6 +147,12 @@ def survey(opts: MpiOptions, processes: int, results_dir: Path, *, drop_cache: b
 
 def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, label: str) -> list[dict[str, Any]]:
     """Run this module as `ranks` MPI ranks, a short job (launch/job.py); every rank's facts, in rank order."""
+    # Imported here, not by the module: every host's rank runs this module and needs none of them
+    # (launch.job alone costs a rank 0.18 s of imports; 64 hosts on 2 cores, 6 s).
+    from mlpstorage_py.launch.job import LaunchSpec, launching
+    from mlpstorage_py.launch.mpi import SAFE_PATH, mpi_command
+    from mlpstorage_py.launch.options import LaunchOptions
+
     with launching(LaunchOptions(), results_dir, "hostinfo") as launcher:
         tmp = launcher.scratch
         out = tmp / "hosts.json"
