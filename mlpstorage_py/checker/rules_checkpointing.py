@@ -13,7 +13,7 @@ import math
 import statistics
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from mlpstorage_py.checker.judging import judged, sanctioned
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, WARNING, Finding, Rule, rule
@@ -75,7 +75,7 @@ def is_read(leaf: Leaf) -> bool:
     return reads > 0 if reads is not None else "load_checkpoint_io_mean_GB_per_second" in _metric(leaf)
 
 
-def _model(leaf: Leaf, block: dict) -> str:
+def _model(leaf: Leaf, block: dict[str, Any]) -> str:
     """The run's model as recorded (args.model), else its workload directory's name."""
     for value in (leaf.args.get("model"), dig(leaf.metadata, "model")):
         if isinstance(value, str) and value in block["closed_mpi_processes"]:
@@ -91,7 +91,7 @@ def _processes(leaf: Leaf) -> dict[str, int]:
     return {k: v for k, v in found.items() if v is not None}
 
 
-def _configuration(leaf: Leaf) -> tuple[dict | None, str]:
+def _configuration(leaf: Leaf) -> tuple[dict[str, Any] | None, str]:
     """The recorded workload configuration: yaml_params, parameters, else dlio_config/config.yaml."""
     for where, source in (("yaml_params", lambda: dig(leaf.metadata, "yaml_params")),
                           ("parameters", lambda: dig(leaf.metadata, "parameters")),
@@ -149,8 +149,7 @@ def _write_end(leaf: Leaf) -> tuple[datetime | None, str]:
     if value is not None:
         return value, "invocation_end_time"
     stamps = _collection_times(dig(leaf.metadata, "cluster_snapshots", "end"))
-    aware = [leaf.to_utc(t) for t in stamps]
-    aware = [t for t in aware if t is not None]
+    aware = [t for t in (leaf.to_utc(s) for s in stamps) if t is not None]
     if aware:
         return max(aware), "the latest post-benchmark collection_timestamp"
     value = leaf.summary_time("end")
@@ -173,10 +172,10 @@ def _two_invocations(leaves: list[Leaf]) -> tuple[Leaf, Leaf] | None:
 
 
 # --- 4.3 run options ---------------------------------------------------------------------
-_REFERENCES: dict[str, dict | None] = {}
+_REFERENCES: dict[str, dict[str, Any] | None] = {}
 
 
-def _reference(model: str) -> dict | None:
+def _reference(model: str) -> dict[str, Any] | None:
     if model not in _REFERENCES:
         from mlpstorage_py.rules import configs as workloads
 
@@ -213,9 +212,10 @@ def fsync(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """Every run's recorded configuration has checkpoint.fsync true."""
     if not judged(leaf):
         return
-    sources = (("parameters", lambda: dig(leaf.metadata, "parameters", "checkpoint", "fsync")),
-               ("yaml_params", lambda: dig(leaf.metadata, "yaml_params", "checkpoint", "fsync")),
-               ("dlio_config/config.yaml", lambda: dig(leaf.workload_config, "checkpoint", "fsync")))
+    sources: tuple[tuple[str, Callable[[], Any]], ...] = (
+        ("parameters", lambda: dig(leaf.metadata, "parameters", "checkpoint", "fsync")),
+        ("yaml_params", lambda: dig(leaf.metadata, "yaml_params", "checkpoint", "fsync")),
+        ("dlio_config/config.yaml", lambda: dig(leaf.workload_config, "checkpoint", "fsync")))
     recorded = next(((where, value) for where, source in sources if (value := source()) is not None), None)
     if recorded is None:
         yield _cannot(r, INVALID, leaf, "checkpoint.fsync", leaf.problem("metadata") or
@@ -345,7 +345,8 @@ def result_aggregation(r: Rule, result: Result) -> Iterable[Finding]:
     phases = {"write": [leaf for leaf in leaves if is_write(leaf)], "read": [leaf for leaf in leaves if is_read(leaf)]}
     for column, (phase, key) in FIGURES.items():
         values = [as_number(_metric(leaf).get(key)) for leaf in phases[phase]]
-        expected = statistics.fmean(values) if values and None not in values else None
+        known = [value for value in values if value is not None]
+        expected = statistics.fmean(known) if values and len(known) == len(values) else None
         for row in rows:
             if column not in row:
                 continue
@@ -354,7 +355,7 @@ def result_aggregation(r: Rule, result: Result) -> Iterable[Finding]:
                 yield r.invalid(path, f"{column} is {published}, but a {phase}-phase run lacks metric.{key}: the cell must be blank")
             elif expected is not None and published is None:
                 yield r.invalid(path, f"{column} is blank, but the {phase}-phase runs give {expected}")
-            elif expected is not None and not math.isclose(published, expected, rel_tol=1e-9, abs_tol=1e-12):
+            elif expected is not None and published is not None and not math.isclose(published, expected, rel_tol=1e-9, abs_tol=1e-12):
                 yield r.invalid(path, f"{column} is {published}, but the mean over the {phase}-phase runs is {expected}")
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Generator, Iterable
 
 from mlpstorage_py.checker import calibrations
-from mlpstorage_py.checker.judging import judged
+from mlpstorage_py.checker.judging import judged, package_of
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_checkpointing import (
     COUNTED_ELSEWHERE, counts, invocations, is_read, is_write, _cannot, _configuration, _interval,
-    _met_path, _metric, _model, _processes, _read_start, _two_invocations, _reference, _write_end)
+    _met_path, _model, _processes, _read_start, _two_invocations, _reference, _write_end)
+from mlpstorage_py.results.summary import metric as _metric
 from mlpstorage_py.results.tree.files import read_text
 from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
@@ -48,7 +49,7 @@ def path_args(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         return
     if meta is None:
         # fs_separation.json, which the tool writes from the same two arguments, records them
-        folder, results = _norm(separation.get("data_or_chkpt_path")), _norm(separation.get("results_path"))
+        folder, results = _norm(dig(separation, "data_or_chkpt_path")), _norm(dig(separation, "results_path"))
         if folder == results:
             yield r.invalid(leaf.path / "fs_separation.json", f"checkpoints and results share the directory {folder}")
         return
@@ -81,7 +82,7 @@ def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """fs_separation.json (or a df listing) shows checkpoints and results on different filesystems."""
     if not judged(leaf):
         return
-    sut, _, _ = leaf.package.system_description(leaf.division, leaf.org, leaf.system)
+    sut, _, _ = package_of(leaf).system_description(leaf.division, leaf.org, leaf.system)
     if dig(sut, "solution", "architecture", "benchmark_API") == "object":
         return
     separation = leaf.record("fs_separation")
@@ -94,7 +95,7 @@ def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
             yield r.invalid(leaf.path / "fs_separation.json", f"fs_separation.json records same_filesystem {same!r}, not a boolean")
         return
     if not separation.missing:
-        yield r.invalid(leaf.path / "fs_separation.json", separation.problem)
+        yield r.invalid(leaf.path / "fs_separation.json", separation.problem or "fs_separation.json cannot be read")
         return
     text, _ = read_text(leaf.path / "checkpointing_run.stdout.log")
     mounts = _df_mounts(text or "") if text and "Mounted on" in text else []
@@ -148,11 +149,9 @@ def _per_host(leaf: Leaf) -> tuple[list[int] | None, str]:
         hosts, total = HOST_FLAG.search(text), NP_FLAG.search(text)
         if not hosts:
             continue
-        slots = []
-        for item in hosts.group(1).split(","):
-            name, _, count = item.partition(":")
-            slots.append(as_int(count) if count else 1)
-        if None in slots:
+        listed = [as_int(count) if count else 1 for count in (item.partition(":")[2] for item in hosts.group(1).split(","))]
+        slots = [slot for slot in listed if slot is not None]
+        if len(slots) < len(listed):
             continue
         wanted = int(total.group(1)) if total else sum(slots)
         if wanted > sum(slots):  # oversubscribed: ranks go round-robin over the hosts
@@ -162,10 +161,10 @@ def _per_host(leaf: Leaf) -> tuple[list[int] | None, str]:
         for slot in slots:  # by slot: each host is filled before the next
             placed.append(min(slot, wanted - sum(placed)))
         return [p for p in placed if p > 0], "the launch's host slots"
-    count, hosts = as_int(dig(leaf.summary, "num_accelerators")), as_int(dig(leaf.summary, "num_hosts"))
-    if count is not None and hosts and 0 < hosts <= MAX_HOSTS:
-        base, extra = divmod(count, hosts)
-        return [base + (1 if i < extra else 0) for i in range(hosts)], "summary.json num_accelerators / num_hosts"
+    count, host_count = as_int(dig(leaf.summary, "num_accelerators")), as_int(dig(leaf.summary, "num_hosts"))
+    if count is not None and host_count and 0 < host_count <= MAX_HOSTS:
+        base, extra = divmod(count, host_count)
+        return [base + (1 if i < extra else 0) for i in range(host_count)], "summary.json num_accelerators / num_hosts"
     return None, "nowhere"
 
 
@@ -193,9 +192,10 @@ def closed_per_host(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 
 @functools.cache  # one reference a model: worked out once, not for each of its leaves
-def _flat_reference(model: str) -> tuple[dict, dict]:
-    """A model's reference configuration flattened, and each of its values as canonical() spells it."""
-    flat = flatten(_reference(model))
+def _flat_reference(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model's reference configuration flattened, and each of its values as canonical() spells it
+    (asked only for a model that has one)."""
+    flat = flatten(_reference(model) or {})
     return flat, {key: canonical(value) for key, value in flat.items()}
 
 
@@ -249,7 +249,7 @@ def open_scaling(r: Rule, leaf: Leaf) -> Iterable[Finding]:
 
 # --- 4.7 simultaneous read/write or remapping ----------------------------------------------
 
-def _closed_counts(r: Rule, result: Result, leaves: list[Leaf], block: dict) -> Iterable[Finding]:
+def _closed_counts(r: Rule, result: Result, leaves: list[Leaf], block: dict[str, Any]) -> Iterable[Finding]:
     """4.7.1 in CLOSED: one invocation writes and reads n, two are n writes then n reads, in that order."""
     table = [(leaf, *counts(leaf)) for leaf in leaves]
     unknown = [leaf for leaf, w, _, _ in table if w is None]
@@ -340,7 +340,7 @@ def total_duration(r: Rule, result: Result) -> Iterable[Finding]:
                                                      "read ends before the first write starts")
 
 
-def _capabilities(r: Rule, system: System, unread: str) -> Generator[Finding, None, tuple[list[list[Leaf]], dict, Path] | None]:
+def _capabilities(r: Rule, system: System, unread: str) -> Generator[Finding, None, tuple[list[list[Leaf]], dict[str, Any], Path] | None]:
     """What 4.7.3 and 4.7.4 judge a system by: the leaves, in order, of each of its judged
     checkpointing results that has any, and the capabilities its description declares. None when
     it has no such result, or, after an INVALID that begins with `unread`, when the description

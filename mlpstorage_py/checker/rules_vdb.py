@@ -57,7 +57,7 @@ def not_checked(r: Rule, leaf: Leaf, what: str, why: str, path: Path | None = No
     return r.warning(path or leaf.path, f"not checked: no file records {what} ({why})")
 
 
-def scale_table(block: dict) -> tuple[list[tuple[int, int]] | None, str]:
+def scale_table(block: dict[str, Any]) -> tuple[list[tuple[int, int]] | None, str]:
     """(num_vectors, dimension) pairs of 5.1.1's table, as the CLOSED run's gate reads them."""
     return predicates.vdb_scales(block)
 
@@ -340,13 +340,13 @@ def recall_reported(r: Rule, result: Result) -> Iterable[Finding]:
                                   f"recall {min(seen):.6g} to {max(seen):.6g} reported, not judged")
 
 
-def _run_record(run: Leaf) -> tuple[dict | None, str]:
+def _run_record(run: Leaf) -> tuple[dict[str, Any] | None, str]:
     """The run's query figures: summary.json, else (no readable summary, reported under 5.3.1)
     the engine's native statistics.json that summary.json is a copy of."""
     if run.summary is not None:
         return run.summary, "summary.json"
     stats, stats_from = native(run)
-    return (stats, stats_from) if stats is not None else (None, "nowhere")
+    return (stats, stats_from) if stats is not None and stats_from is not None else (None, "nowhere")
 
 
 def _issued(run: Leaf) -> tuple[int | None, str]:

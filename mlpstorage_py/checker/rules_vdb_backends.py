@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Generator, Iterable
 
-from mlpstorage_py.checker.judging import checker_block, sanctioned
+from mlpstorage_py.checker.judging import checker_block, package_of, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_vdb import cannot, not_checked
 from mlpstorage_py.results.tree.files import FILE, entries, read_text
@@ -27,7 +27,7 @@ OBJECT_TYPES = ("s3", "object", "minio", "gcs", "azure")
 
 
 def _api(leaf: Leaf) -> str | None:
-    sut, problem, _ = leaf.package.system_description(leaf.division, leaf.org, leaf.system)
+    sut, problem, _ = package_of(leaf).system_description(leaf.division, leaf.org, leaf.system)
     return None if problem else dig(sut, "solution", "architecture", "benchmark_API")
 
 
@@ -76,7 +76,7 @@ def _df_entries(text: str) -> dict[str, dict[str, str]]:
     return found
 
 
-def _df_from_log(leaf: Leaf) -> tuple[tuple[dict, dict] | None, str]:
+def _df_from_log(leaf: Leaf) -> tuple[tuple[dict[str, Any], dict[str, Any]] | None, str]:
     for name, kind, path in entries(leaf.path):
         if kind != FILE or not (name.endswith(".log")):
             continue
@@ -96,10 +96,10 @@ def filesystem_check(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         return
     found, log = _df_from_log(leaf)
     if found:
-        data, logs = found
-        if (data.get("filesystem"), data["mount"]) == (logs.get("filesystem"), logs["mount"]):
+        data, results = found
+        if (data.get("filesystem"), data["mount"]) == (results.get("filesystem"), results["mount"]):
             yield r.invalid(leaf.path / log, f"the data directory {data['path']} and the results directory "
-                                             f"{logs['path']} are on one filesystem ({data['mount']})")
+                                             f"{results['path']} are on one filesystem ({data['mount']})")
         return
     fs = dig(leaf.summary, "filesystems")
     if isinstance(fs, dict) and isinstance(fs.get("data"), dict) and isinstance(fs.get("results"), dict):
@@ -200,7 +200,7 @@ def closed_index_types(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         yield r.invalid(leaf.path_of("summary"), f"index_type {kind!r} ({where}) differs from its directory {leaf.model!r}")
 
 
-def _overrides(leaf: Leaf) -> dict:
+def _overrides(leaf: Leaf) -> dict[str, Any]:
     found = dig(leaf.metadata, "override_parameters")
     return found if isinstance(found, dict) else {}
 
