@@ -14,7 +14,7 @@ from mlpstorage_py.results.code_image import parse_pointer, tree_hash
 GIB = 2 ** 30
 UNET3D = {"batch_size": 7, "record_length": 146600628}
 RETINANET = {"batch_size": 24, "record_length": 322957}
-RULES = {"steps_per_epoch": 500, "memory_multiplier": 5, "max_files_per_subfolder": 10000}
+RULES = {"training_steps_per_epoch": 500, "training_host_memory_multiplier": 5}
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -22,9 +22,9 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def size(model: dict, accelerators: int, hosts: int, memory_gb: int, samples_per_file: int = 1):
-    return compute_datasize(batch_size=model["batch_size"], samples_per_file=samples_per_file,
+    return compute_datasize(RULES, batch_size=model["batch_size"], samples_per_file=samples_per_file,
                             record_length=model["record_length"], accelerators=accelerators, hosts=hosts,
-                            memory_gb=memory_gb, **RULES)
+                            memory_gb=memory_gb, max_files_per_subfolder=10000)
 
 
 def test_unet3d_steps_bind():
@@ -82,8 +82,9 @@ def test_samples_per_file_rounds_files_up():
 
 @pytest.mark.parametrize("samples, subfolders", [(10000, 0), (10001, 2), (20000, 2), (20001, 3)])
 def test_subfolder_boundary(samples, subfolders):
-    s = compute_datasize(batch_size=1, samples_per_file=1, record_length=1 << 40, accelerators=samples, hosts=1,
-                         memory_gb=1, steps_per_epoch=1, memory_multiplier=5, max_files_per_subfolder=10000)
+    s = compute_datasize({"training_steps_per_epoch": 1, "training_host_memory_multiplier": 5}, batch_size=1,
+                         samples_per_file=1, record_length=1 << 40, accelerators=samples, hosts=1, memory_gb=1,
+                         max_files_per_subfolder=10000)
     assert s.num_files_train == samples
     assert s.num_subfolders_train == subfolders
 

@@ -68,6 +68,20 @@ def test_the_closed_count_is_the_flags_choice(cli, results, table):
     assert refused.rc == 2 and "invalid choice: 10" in refused.err
 
 
+def test_the_training_sizing_moves_the_datasize_and_rule_3_1_2(fresh, table):
+    from mlpstorage_py.benchmarks.training import sizing
+    from mlpstorage_py.rules import configs
+
+    root = fresh()
+    parameters = configs.training("unet3d", "b200")
+    before = sizing(parameters, 8, 1, 16).num_files_train
+    assert [f for f in findings_of(root, "3.1.2") if f.severity == INVALID] == []
+    table("training_steps_per_epoch", tables.checker()["training_steps_per_epoch"] * 10)
+    assert sizing(parameters, 8, 1, 16).num_files_train > before
+    flagged = [f for f in findings_of(root, "3.1.2") if f.severity == INVALID]
+    assert flagged and all("< required minimum" in f.message for f in flagged)
+
+
 def test_the_vdb_closed_values_move_the_plan_and_the_rule(table):
     from mlpstorage_py.benchmarks.vectordb import VectorDBBenchmark
 

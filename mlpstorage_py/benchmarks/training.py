@@ -26,6 +26,7 @@ from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout, untrusted
 from mlpstorage_py.results.tree.values import dig
+from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3
 from mlpstorage_py.storage.endpoints import Endpoints
@@ -50,15 +51,15 @@ class Datasize:
     bound: str
 
 
-def compute_datasize(*, batch_size: int, samples_per_file: int, record_length: int,
-                     accelerators: int, hosts: int, memory_gb: float, steps_per_epoch: int,
-                     memory_multiplier: int, max_files_per_subfolder: int) -> Datasize:
-    """Rules 3.1.2: enough samples for `steps_per_epoch` steps on every accelerator and
-    `memory_multiplier` times the clients' total memory, whichever is larger; the file count is
-    rounded up to a multiple of the accelerators (ranks), because DLIO gives every rank the same
-    share and a count that does not divide leaves the last rank reading past the list."""
-    steps = steps_per_epoch * batch_size * accelerators
-    memory = hosts * memory_gb * memory_multiplier * GIB / record_length
+def compute_datasize(rules: dict[str, Any], *, batch_size: int, samples_per_file: int, record_length: int,
+                     accelerators: int, hosts: int, memory_gb: float, max_files_per_subfolder: int) -> Datasize:
+    """Rules 3.1.2 by the edition's checker block `rules` (the bounds the checker recomputes,
+    rules/predicates.training_min_samples): enough samples for its steps per epoch on every
+    accelerator and its multiple of the clients' total memory, whichever is larger; the file
+    count is rounded up to a multiple of the accelerators (ranks), because DLIO gives every rank
+    the same share and a count that does not divide leaves the last rank reading past the list."""
+    steps, memory = predicates.training_min_samples(rules, batch_size=batch_size, accelerators=accelerators,
+                                                    host_memory_gib=hosts * memory_gb, record_length=record_length)
     min_samples = max(steps, math.ceil(memory))
     files = math.ceil(math.ceil(min_samples / samples_per_file) / accelerators) * accelerators
     subfolders = 0 if files <= max_files_per_subfolder else math.ceil(files / max_files_per_subfolder)
@@ -80,14 +81,12 @@ def _tool_defaults() -> dict[str, Any]:
 
 def sizing(parameters: dict[str, Any], accelerators: int, hosts: int, memory_gb: float) -> Datasize:
     """Rules 3.1.2 for a resolved workload, with the edition's numbers."""
-    rules = checker()
     return compute_datasize(
+        checker(),
         batch_size=int(parameters["reader"]["batch_size"]),
         samples_per_file=int(parameters["dataset"]["num_samples_per_file"]),
         record_length=int(parameters["dataset"]["record_length_bytes"]),
         accelerators=accelerators, hosts=hosts, memory_gb=memory_gb,
-        steps_per_epoch=int(rules["training_steps_per_epoch"]),
-        memory_multiplier=int(rules["training_host_memory_multiplier"]),
         max_files_per_subfolder=int(_tool_defaults()["max_files_per_subfolder"]),
     )
 
@@ -195,8 +194,7 @@ class TrainingBenchmark(Benchmark):
     def _datasize_report(self, size: Datasize, parameters: dict[str, Any], hosts: int, memory_gb: float,
                          accelerators: int) -> list[str]:
         ds, batch = parameters["dataset"], parameters["reader"]["batch_size"]
-        rules = checker()
-        steps, mult = rules["training_steps_per_epoch"], rules["training_host_memory_multiplier"]
+        steps, mult = predicates.training_sizing(checker())
         return [
             f"Dataset size for {self.request.model} on up to {accelerators} simulated {self.request.options.accelerator_type} "
             f"across {hosts} client host(s) with {memory_gb:g} GiB each (Rules 3.1.2):",

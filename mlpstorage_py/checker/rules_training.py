@@ -14,9 +14,8 @@ from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import dig
 from mlpstorage_py.checker.judging import stamped_checker_block
 from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, not_applicable, rule
-from mlpstorage_py.rules import tables
+from mlpstorage_py.rules import predicates, tables
 
-GIB = 1024 ** 3
 
 not_applicable("3.3.5", "dataset reachability from every client host leaves no evidence in the package to check")
 
@@ -49,11 +48,13 @@ def datasize_usage(r: Rule, result: Result) -> Iterable[Finding]:
             yield r.invalid(leaf.path, f"run metadata lacks the {' and '.join(missing)} block(s)")
 
 
-def min_total_files(batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
-                    samples_per_file: int, steps: int, multiplier: int) -> int:
-    """Rules 3.1.2 recomputed from a run's own records."""
-    by_steps = steps * batch_size * accelerators
-    by_memory = sum(host_memory_gb) * multiplier * GIB / record_length
+def min_total_files(block: dict, batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
+                    samples_per_file: int) -> int:
+    """Rules 3.1.2 recomputed from a run's own records, by the bounds the run's gate sized it by
+    (rules/predicates.training_min_samples)."""
+    by_steps, by_memory = predicates.training_min_samples(block, batch_size=batch_size, accelerators=accelerators,
+                                                          host_memory_gib=sum(host_memory_gb),
+                                                          record_length=record_length)
     return math.ceil(max(by_steps, by_memory) / samples_per_file)
 
 
@@ -70,12 +71,11 @@ def recalculate_datasize(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         params = meta.get("parameters") or {}
         dataset, reader = params.get("dataset") or {}, params.get("reader") or {}
         needed = min_total_files(
+            stamped_checker_block(leaf),
             batch_size=int(reader["batch_size"]), accelerators=int(summary["num_accelerators"]),
             host_memory_gb=[float(m) for m in summary["host_memory_GB"]],
             record_length=int(dataset["record_length_bytes"]),
-            samples_per_file=int(dataset["num_samples_per_file"]),
-            steps=int(stamped_checker_block(leaf)["training_steps_per_epoch"]),
-            multiplier=int(stamped_checker_block(leaf)["training_host_memory_multiplier"]))
+            samples_per_file=int(dataset["num_samples_per_file"]))
         used = int(dataset["num_files_train"])
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, ZeroDivisionError) as exc:
         yield r.invalid(leaf.path, f"cannot recompute the dataset size: missing or bad {exc}")

@@ -12,6 +12,20 @@ from typing import Any
 Block = dict[str, Any]
 
 
+# -- training (Rules 3.1.2) ------------------------------------------------------------------
+def training_sizing(block: Block) -> tuple[int, int]:
+    """(steps per epoch, host-memory multiplier) Rules 3.1.2 sizes a training dataset by."""
+    return int(block["training_steps_per_epoch"]), int(block["training_host_memory_multiplier"])
+
+
+def training_min_samples(block: Block, *, batch_size: int, accelerators: int, host_memory_gib: float,
+                         record_length: int) -> tuple[int, float]:
+    """Rules 3.1.2's two lower bounds on a training dataset's samples: the edition's steps per
+    epoch on every accelerator, and its multiple of the clients' memory (summed over the hosts)."""
+    steps_per_epoch, multiplier = training_sizing(block)
+    return steps_per_epoch * batch_size * accelerators, host_memory_gib * multiplier * 2 ** 30 / record_length
+
+
 # -- checkpointing (Rules 4.3.5, 4.7.1) ------------------------------------------------------
 def checkpoint_combined(block: Block) -> tuple[int, int]:
     """(writes, reads) of one CLOSED invocation that writes and then reads (4.7.1, Table 4)."""
