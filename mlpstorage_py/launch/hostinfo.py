@@ -166,7 +166,7 @@ def _launch(opts: MpiOptions, ranks: int, results_dir: Path, drop_cache: bool, l
 
             raise BenchmarkFailed(f"{label} over MPI on {', '.join(opts.hosts)} failed (exit {code}): "
                                   f"{error_line(tmp / 'err.log') or 'no output'}")
-        facts = json.loads(out.read_text(encoding="utf-8"))
+        facts: list[dict[str, Any]] = json.loads(out.read_text(encoding="utf-8"))
     if len(facts) != ranks:
         raise BenchmarkFailed(f"{label}: {len(facts)} of {ranks} ranks reported")
     return facts

@@ -84,6 +84,7 @@ are read as absent. There is no unversioned trace.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def samples(hist: dict[str, Any]) -> int:
     return int(sum(v for v in hist.values() if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0))
 
 
-def percentile(hist: dict[str, int], q: float, minimum: int = MIN_SAMPLES) -> float | None:
+def percentile(hist: Mapping[str, float], q: float, minimum: int = MIN_SAMPLES) -> float | None:
     """The q-quantile (0-1) of a log2 histogram, as the upper bound of the bucket it falls in
     (the bucket's lower bound doubled: a conservative estimate, never below the truth); None
     from fewer than `minimum` values (show samples() instead)."""
@@ -130,7 +131,7 @@ def percentile(hist: dict[str, int], q: float, minimum: int = MIN_SAMPLES) -> fl
     total = sum(v for _, v in counts)
     if not total or total < minimum:
         return None
-    seen = 0
+    seen = 0.0
     for low, count in counts:
         seen += count
         if seen >= q * total:

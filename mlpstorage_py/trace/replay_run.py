@@ -459,7 +459,8 @@ def table(record: dict[str, Any]) -> str:
         for key, label in (("mib_s", f"{d} MiB/s"), *((f"{q}_us", f"{d} {q} us") for q in QUANTILES)):
             cells = [record["original"][d].get(key), record["replay"][d].get(key), record["ratio"].get(f"{d}_{key}")]
             sides = [record["original"][d], record["replay"][d], {}]
-            rows.append((label, *(_cell(v, side, key) for v, side in zip(cells, sides))))
+            first, second, third = (_cell(v, side, key) for v, side in zip(cells, sides, strict=True))
+            rows.append((label, first, second, third))
         rows.append((f"{d} bytes", str(record["original"][d]["bytes"]), str(record["replay"][d]["bytes"]), ""))
     meta = distiller.metadata(Path(record["leaf"])) or {}
     training = [] if (meta.get("benchmark_type"), meta.get("command")) != ("training", "run") else [

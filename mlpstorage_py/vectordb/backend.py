@@ -138,6 +138,7 @@ class Milvus:
         from pymilvus import MilvusClient
 
         if self.lite:
+            assert self.lite_path is not None, "a Milvus Lite backend is made with its storage path"
             path = Path(self.lite_path)
             if not path.parent.is_dir():
                 raise ConfigurationError(f"storage root {path.parent} does not exist")
@@ -316,7 +317,7 @@ class Milvus:
             col = self._lite_collection()
             segments = col._segments_snapshot() if hasattr(col, "_segments_snapshot") else tuple(col._segment_cache.values())  # noqa: SLF001
             memtable = int(col._memtable.size())  # noqa: SLF001
-            rows = []
+            rows: list[dict[str, Any]] = []
             for seg in segments:
                 idx = seg.indexes.get(VECTOR_FIELD)
                 rows.append({"rows": int(seg.num_rows), "index": getattr(idx, "index_type", None) if idx is not None else None,
