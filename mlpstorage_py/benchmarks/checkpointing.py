@@ -50,7 +50,7 @@ class CheckpointingBenchmark(Benchmark):
     endpoints: Endpoints | None = None  # several S3 endpoints of an object run (benchmarks/object_endpoints.py)
 
     def leaf_tail(self) -> Path:
-        return layout.leaf_tail("checkpointing", model=self.request.model)
+        return layout.leaf_tail(self.benchmark_type, model=self.request.model)
 
     def plan(self) -> Plan:
         req, opts = self.request, self.request.options

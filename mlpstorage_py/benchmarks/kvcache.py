@@ -206,7 +206,7 @@ class KVCacheBenchmark(Benchmark):
         self.table = option_table()
 
     def leaf_tail(self) -> Path:
-        return layout.leaf_tail("kv_cache", model=self.request.model, command=self.request.command)
+        return layout.leaf_tail(self.benchmark_type, model=self.request.model, command=self.request.command)
 
     def wrapper_path(self) -> Path:
         path = source_root() / "kv_cache_benchmark" / "mlperf_wrapper.py"

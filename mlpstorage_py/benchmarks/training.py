@@ -119,7 +119,7 @@ class TrainingBenchmark(Benchmark):
     endpoints: Endpoints | None = None  # several S3 endpoints of an object run (benchmarks/object_endpoints.py)
 
     def leaf_tail(self) -> Path:
-        return layout.leaf_tail("training", model=self.request.model, command=self.request.command)
+        return layout.leaf_tail(self.benchmark_type, model=self.request.model, command=self.request.command)
 
     # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:

@@ -106,7 +106,7 @@ class VectorDBBenchmark(Benchmark):
 
     def leaf_tail(self) -> Path:
         req = self.request
-        return layout.leaf_tail("vector_database", engine=req.options.vdb_engine, model=req.model, command=req.command)
+        return layout.leaf_tail(self.benchmark_type, engine=req.options.vdb_engine, model=req.model, command=req.command)
 
     # -- plan ---------------------------------------------------------------------------
     def plan(self) -> Plan:
