@@ -33,6 +33,10 @@ __all__ = ["DIVISIONS", "PRIVATE_DIR", "TIMESTAMP", "TRASH_DIR", "Leaf", "Packag
 # A submission.yaml this large is parsed beside the listing (Package.load): about 30 ms of
 # parsing, several times what the fork and the pickled answer cost.
 ASIDE_BYTES = 512 * 1024
+# Each organization's submission.yaml, by (division, org): its path and parsed value (None: none),
+# and the head of it every leaf's checks ask about (Package.manifest_head).
+Manifests = dict[tuple[str, str], tuple[Path, Any] | None]
+Heads = dict[tuple[str, str], dict[str, Any] | None]
 
 
 class Record(NamedTuple):
@@ -93,7 +97,7 @@ def uncollected() -> Iterator[None]:
 
 
 @functools.cache
-def _glob_pattern(pattern: str) -> Callable[[str], re.Match | None]:
+def _glob_pattern(pattern: str) -> Callable[[str], re.Match[str] | None]:
     """A shell pattern as the match Path.glob applies to names (case-sensitive, dots not special)."""
     return re.compile(translate(pattern)).match
 
@@ -153,7 +157,8 @@ class Leaf:
     @once
     def workload_dir(self) -> Path:
         spec = layout.benchmarks()[self.benchmark]
-        return self.path.parents[len(spec["tail"]) - spec["result_depth"]]
+        depth: int = len(spec["tail"]) - spec["result_depth"]
+        return self.path.parents[depth]
 
     @property
     def workload_key(self) -> str:
@@ -195,7 +200,7 @@ class Leaf:
 
     def json_object(self, name: str) -> Record:
         """A JSON object at a path inside the leaf (e.g. 0_per_epoch_stats.json)."""
-        cache = self.__dict__.setdefault("_objects", {})
+        cache: dict[str, Record] = self.__dict__.setdefault("_objects", {})
         if name not in cache:
             cache[name] = read_object(self.path / name)
         return cache[name]
@@ -250,17 +255,17 @@ class Leaf:
         return edition if isinstance(edition, str) else "unknown"  # a malformed stamp names no edition
 
     @property
-    def args(self) -> dict:
+    def args(self) -> dict[str, Any]:
         value = dig(self.metadata, "args")
         return value if isinstance(value, dict) else {}
 
     @property
-    def parameters(self) -> dict:
+    def parameters(self) -> dict[str, Any]:
         value = dig(self.metadata, "parameters")
         return value if isinstance(value, dict) else {}
 
     @once
-    def workload_config(self) -> dict | None:
+    def workload_config(self) -> dict[str, Any] | None:
         """dlio_config/config.yaml's workload block: the configuration the engine actually ran."""
         folder = files.child(self.path, "dlio_config")
         if not files.real_dir(folder):
@@ -446,15 +451,16 @@ class Package:
     letter: bool = False  # validate --letter: calibrated sentences judged as written (checker.calibrations)
     orgs: list[tuple[str, str, Path]] = field(default_factory=list)
     systems: list[System] = field(default_factory=list)
-    _manifests: dict = field(default_factory=dict, repr=False)
-    _heads: dict = field(default_factory=dict, repr=False)
-    _parsing: "aside.Aside | None" = field(default=None, repr=False)  # the manifests, parsed in a forked process
-    _images: dict = field(default_factory=dict, repr=False)
-    _editions: dict = field(default_factory=dict, repr=False)
-    _descriptions: dict = field(default_factory=dict, repr=False)
+    _manifests: Manifests = field(default_factory=dict, repr=False)
+    _heads: Heads = field(default_factory=dict, repr=False)
+    _parsing: aside.Aside[Manifests, Heads] | None = field(default=None, repr=False)  # parsed in a forked process
+    _images: dict[tuple[str, str], Path | None] = field(default_factory=dict, repr=False)
+    _editions: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    _descriptions: dict[tuple[str, str, str], tuple[dict[str, Any] | None, str | None, Path]] = \
+        field(default_factory=dict, repr=False)
     # What checks of a smaller scope leave for a package check of the same rule (Rule.note):
     # rule number -> items, in the order the systems were walked.
-    notes: dict[str, list] = field(default_factory=dict, repr=False)
+    notes: dict[str, list[Any]] = field(default_factory=dict, repr=False)
 
     @classmethod
     @uncollected()
@@ -493,7 +499,7 @@ class Package:
         paths = [str(self._manifest_path(d, o)) for d, o, _ in self.orgs]
         return sum(os.lstat(p).st_size for p in paths if files.kind_of(Path(p)) == files.FILE)
 
-    def _parsed_manifests(self) -> dict:
+    def _parsed_manifests(self) -> Manifests:
         return {(d, o): self.manifest(d, o) for d, o, _ in self.orgs}
 
     def relative(self, path: Path | str) -> str:
@@ -563,7 +569,7 @@ class Package:
             self._manifests[(division, org)] = (path, files.yaml_or_unreadable(path)) if present else None
         return self._manifests[(division, org)]
 
-    def manifest_head(self, division: str, org: str) -> dict | None:
+    def manifest_head(self, division: str, org: str) -> dict[str, Any] | None:
         """The entries of submission.yaml that every leaf's checks ask about (its edition, and
         whether it was unreadable), None when there is none or it is not a mapping: known before
         the whole manifest is taken in."""
@@ -582,7 +588,7 @@ class Package:
             self._editions[(division, org)] = chosen
         return self._editions[(division, org)]
 
-    def system_description(self, division: str, org: str, system: str) -> tuple[dict | None, str | None, Path]:
+    def system_description(self, division: str, org: str, system: str) -> tuple[dict[str, Any] | None, str | None, Path]:
         """(system_under_test, problem, path) of systems/<system>.yaml, looked up once per system."""
         key = (division, org, system)
         if key not in self._descriptions:
@@ -602,10 +608,10 @@ class Package:
 HEAD_KEYS = ("rules_edition", files.UNREADABLE)
 
 
-def _head_of(found: tuple[Path, Any] | None) -> dict | None:
+def _head_of(found: tuple[Path, Any] | None) -> dict[str, Any] | None:
     manifest = found[1] if found is not None else None
     return {k: manifest[k] for k in HEAD_KEYS if k in manifest} if isinstance(manifest, dict) else None
 
 
-def _heads_of(manifests: dict) -> dict:
+def _heads_of(manifests: Manifests) -> Heads:
     return {key: _head_of(found) for key, found in manifests.items()}
