@@ -60,6 +60,17 @@ def test_the_subset_model_moves_gate_and_rule(fresh, table):
     assert f"a subset run uses exactly {processes} accelerators, not 8" in messages
 
 
+def test_the_accelerator_memory_moves_gate_and_rule(fresh, table):
+    root = fresh()
+    gate("llama3-8b", 8, 10, 0)
+    assert findings_of(root, "4.3.4") == []
+    table("accelerator_memory_gb", dict(tables.checker()["accelerator_memory_gb"], b200=1))
+    with pytest.raises(GateRefused, match=r"8 x b200 \(1 GiB each\) = 8 GiB cannot hold"):
+        gate("llama3-8b", 8, 10, 0)
+    flagged = [f.message for f in findings_of(root, "4.3.4") if f.severity == INVALID]
+    assert flagged and all("x b200 (1 GiB) =" in m and "< checkpoint" in m for m in flagged)
+
+
 def test_the_closed_count_is_the_flags_choice(cli, results, table):
     table("checkpoint_closed_count", 5)
     args = ("closed", "checkpointing", "llama3-8b", "configview", "-np", "8", "-cm", "64", "-at", "b200", "-rd", results)

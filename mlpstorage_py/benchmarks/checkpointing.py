@@ -143,7 +143,7 @@ class CheckpointingBenchmark(Benchmark):
                 log.warning(f"OPEN scaling is in multiples of TP x PP = {unit} (Rules 4.6.4); {processes} is not one")
         accelerator = plan.accelerator
         if accelerator:
-            memory = rules["accelerator_memory_gb"][accelerator] * processes
+            memory = predicates.checkpoint_accelerator_memory(rules, accelerator, processes)
             if memory < size:
                 message = (f"{processes} x {accelerator} ({rules['accelerator_memory_gb'][accelerator]} GiB each) = {memory:,} GiB "
                            f"cannot hold the {size:,.1f} GiB checkpoint (Rules 4.3.4)")

@@ -284,9 +284,10 @@ def aggregate_memory(r: Rule, leaf: Leaf) -> Iterable[Finding]:
         elif allowed and accelerator not in allowed:
             yield r.invalid(meta_path, f"accelerator {accelerator} is not a {leaf.division} accelerator for "
                                        f"{leaf.model} (Table 3: {', '.join(allowed)})")
-        elif memory[accelerator] * count < size:
+        elif predicates.checkpoint_accelerator_memory(block, accelerator, count) < size:
             yield r.invalid(leaf.path_of("summary"), f"{count} x {accelerator} ({memory[accelerator]} GiB) = "
-                                                     f"{memory[accelerator] * count:,} GiB < checkpoint {size:,.1f} GiB")
+                                                     f"{predicates.checkpoint_accelerator_memory(block, accelerator, count):,} "
+                                                     f"GiB < checkpoint {size:,.1f} GiB")
         return
     # The rule is explicit: a run whose metadata records no accelerator is INVALID, even when
     # every accelerator the edition allows would hold the checkpoint (said in the message).

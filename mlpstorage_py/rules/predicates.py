@@ -26,7 +26,7 @@ def training_min_samples(block: Block, *, batch_size: int, accelerators: int, ho
     return steps_per_epoch * batch_size * accelerators, host_memory_gib * multiplier * 2 ** 30 / record_length
 
 
-# -- checkpointing (Rules 4.3.5, 4.7.1) ------------------------------------------------------
+# -- checkpointing (Rules 4.3.4, 4.3.5, 4.7.1) ------------------------------------------------------
 def checkpoint_combined(block: Block) -> tuple[int, int]:
     """(writes, reads) of one CLOSED invocation that writes and then reads (4.7.1, Table 4)."""
     count = int(block["checkpoint_closed_count"])
@@ -42,6 +42,11 @@ def checkpoint_phases(block: Block) -> tuple[tuple[int, int], tuple[int, int]]:
 def checkpoint_invocation_ok(block: Block, writes: int, reads: int) -> bool:
     """Whether one CLOSED invocation's counts are the combined shape or one of the two phases."""
     return (writes, reads) == checkpoint_combined(block) or (writes, reads) in checkpoint_phases(block)
+
+
+def checkpoint_accelerator_memory(block: Block, accelerator: str, count: int) -> int:
+    """GiB `count` accelerators of Table 3's kind hold together, which must hold the checkpoint (4.3.4)."""
+    return int(block["accelerator_memory_gb"][accelerator]) * count
 
 
 def checkpoint_subset(block: Block) -> tuple[str, int]:
