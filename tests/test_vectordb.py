@@ -237,6 +237,9 @@ def test_hnsw_on_milvus_lite_end_to_end(cli, results, tmp_path, monkeypatch):
     assert low["search_params"] == {"ef": 10} and high["search_params"] == {"ef": 1024}
     run_leaf = vdb_leaves(results, "run")[-1]
     assert len((run_leaf / "vectordb_worker_0.csv").read_text().splitlines()) == 1 + 6
+    # the local workers are one job of the launch path (launch/job.py): MPI ranks of vectordb.rank, its logs in the leaf
+    assert "mlpstorage_py.vectordb.rank" in metadata(run_leaf)["executed_command"]
+    assert "rank 0: " in (run_leaf / "vectordb_workers.stdout.log").read_text()
     (host,) = metadata(run_leaf)["libraries_by_host"]  # the two query workers, as they imported numpy
     assert host["ranks"] == [0, 1] and host["libraries"]["numpy"]["version"] == np.__version__
     assert metadata(run_leaf)["engine_identity"]["name"] == "pymilvus"
