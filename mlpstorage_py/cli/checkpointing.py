@@ -33,7 +33,7 @@ def register(bench: Any, mode: str) -> None:
             p.add_argument("--accelerator-type", "-at", choices=accels, required=name != "datasize",
                            help="simulated accelerator (its memory x ranks must hold the checkpoint)")
             if name != "datasize":
-                counts = {"choices": [0, count]} if mode == "closed" else {}
+                counts: dict[str, Any] = {"choices": [0, count]} if mode == "closed" else {}
                 p.add_argument("--num-checkpoints-write", "-ncw", type=int, default=count, **counts,
                                help=f"checkpoints to write (CLOSED: {count}, or 0 for a read-only invocation)")
                 p.add_argument("--num-checkpoints-read", "-ncr", type=int, default=count, **counts,
