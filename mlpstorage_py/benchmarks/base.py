@@ -6,7 +6,8 @@ import abc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, ContextManager, Generic, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, ContextManager, Generic, TypeVar
 
 from mlpstorage_py.benchmarks.options import BenchmarkOptions
 from mlpstorage_py.errors import GateRefused, UsageError

@@ -11,8 +11,9 @@ import os
 import shlex
 import time
 from datetime import datetime
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mlpstorage_py.benchmarks import table, tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line

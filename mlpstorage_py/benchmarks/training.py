@@ -128,7 +128,7 @@ class TrainingBenchmark(Benchmark):
         opts = self.request.options
         if self.request.command == "datagen":
             return self._plan_dlio(workloads.datagen(self.request.model), given(opts.num_processes, "--num-processes"))
-        return self._plan_dlio(workloads.training(self.request.model, opts.accelerator_type),
+        return self._plan_dlio(workloads.training(self.request.model, given(opts.accelerator_type, "--accelerator-type")),
                                given(opts.num_accelerators, "--num-accelerators"))
 
     def _dataset(self) -> datasets.FileDataset | datasets.ObjectDataset:
@@ -140,7 +140,8 @@ class TrainingBenchmark(Benchmark):
     def _plan_datasize(self) -> Plan:
         req, opts = self.request, self.request.options
         overrides, verification = self.overrides()
-        parameters = workloads.apply_overrides(workloads.training(req.model, opts.accelerator_type), overrides)
+        parameters = workloads.apply_overrides(
+            workloads.training(req.model, given(opts.accelerator_type, "--accelerator-type")), overrides)
         data_dir = opts.data_dir
         plan = Plan(parameters=parameters, num_processes=given(opts.max_accelerators, "--max-accelerators"),
                     accelerator=opts.accelerator_type, override_parameters=overrides, verification=verification,

@@ -48,7 +48,7 @@ def datasize_usage(r: Rule, result: Result) -> Iterable[Finding]:
             yield r.invalid(leaf.path, f"run metadata lacks the {' and '.join(missing)} block(s)")
 
 
-def min_total_files(block: dict, batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
+def min_total_files(block: dict[str, Any], batch_size: int, accelerators: int, host_memory_gb: list[float], record_length: int,
                     samples_per_file: int) -> int:
     """Rules 3.1.2 recomputed from a run's own records, by the bounds the run's gate sized it by
     (rules/predicates.training_min_samples)."""

@@ -7,7 +7,8 @@ tests/test_requests.py checks that every dest has exactly one field and every fi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from mlpstorage_py.benchmarks.base import Request
 from mlpstorage_py.launch.options import LaunchOptions

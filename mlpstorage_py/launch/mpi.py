@@ -41,7 +41,7 @@ class MpiOptions:
     extra: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, launch: LaunchOptions) -> "MpiOptions":
+    def of(cls, launch: LaunchOptions) -> MpiOptions:
         """The launch options of a command with the defaults applied and --mpi-params split."""
         extra: list[str] = []
         for chunk in launch.mpi_params:
