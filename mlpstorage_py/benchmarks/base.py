@@ -134,7 +134,7 @@ class Benchmark(abc.ABC):
                                        allow_invalid=self.request.allow_invalid_params)
         return params, verification
 
-    def preflight(self, plan: Plan) -> None:
+    def preflight(self, plan: Plan) -> None:  # noqa: B027 - a hook a benchmark may fill, empty by default
         """Run-time gates that must pass before a leaf is created (none by default)."""
 
     def launch_layout(self, plan: Plan) -> tuple[MpiOptions, int] | None:
@@ -168,7 +168,7 @@ class Benchmark(abc.ABC):
         then marks it as the run's work (launch/heartbeat.mark_work), as each rank marks itself."""
         return False
 
-    def gate_hosts(self, plan: Plan) -> None:
+    def gate_hosts(self, plan: Plan) -> None:  # noqa: B027 - a hook a benchmark may fill, empty by default
         """Gates that need the measured client hosts (plan.client_hosts); run inside the leaf."""
 
     @abc.abstractmethod

@@ -81,7 +81,7 @@ def execute(bench: Any, plan: Plan, leaf: Path) -> None:
     drops: list[dict[str, Any]] = []
     with bench.launcher(leaf) as launcher:
         commands = [fill(argv, leaf, launcher.scratch) for argv in plan.commands]
-        for phase, argv in zip(params["phases"], commands):
+        for phase, argv in zip(params["phases"], commands, strict=True):
             out = leaf / phase_dir(phase)
             out.mkdir()
             dlio.write_workload(launcher.scratch, dlio.workload_name(bench.request.model, f"checkpoint_{phase}"),
@@ -133,7 +133,7 @@ def merge(leaf: Path, phases: list[str], ranks: int, drops: list[dict[str, Any]]
     done = {phase: _phase_outputs(leaf, phase, ranks) for phase in phases}
     first, last = done[phases[0]][0], done[phases[-1]][0]
     metric: dict[str, Any] = {}
-    for phase, (summary, _, _) in done.items():
+    for summary, _, _ in done.values():
         metric.update(summary.get("metric") or {})
     writer = _writer(leaf, phases)
     summary = {**first, "start": first["start"], "end": last["end"], "metric": metric,

@@ -9,6 +9,7 @@ a value recorded nowhere is a finding about the missing file.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from datetime import datetime
@@ -165,7 +166,7 @@ def _read_start(leaf: Leaf) -> tuple[datetime | None, str]:
 
 def _two_invocations(leaves: list[Leaf]) -> tuple[Leaf, Leaf] | None:
     """The write-only invocation immediately followed by a read-only one, if the workload has them."""
-    for first, second in zip(leaves, leaves[1:]):
+    for first, second in itertools.pairwise(leaves):
         if is_write(first) and not is_read(first) and is_read(second) and not is_write(second):
             return first, second
     return None
@@ -181,7 +182,7 @@ def _reference(model: str) -> dict[str, Any] | None:
 
         try:
             _REFERENCES[model] = workloads.checkpointing(model)
-        except Exception:  # noqa: BLE001 - no configs/ (an installed wheel) or no file: reported, not fatal
+        except Exception:  # no configs/ (an installed wheel) or no file: reported, not fatal
             _REFERENCES[model] = None
     return _REFERENCES[model]
 

@@ -174,7 +174,7 @@ MANIFEST = rule("PROV-02", "submissionManifest")
 @MANIFEST.check(PACKAGE)
 def submission_manifest(r: Rule, pkg: Package) -> Iterable[Finding]:
     """A present submission.yaml parses, lists exactly the tree's run leaves and their edition."""
-    for division, org, org_dir in pkg.orgs:
+    for division, org, _org_dir in pkg.orgs:
         found = pkg.manifest(division, org)
         if found is None:
             continue

@@ -14,6 +14,7 @@ reported by 2.1.11/2.1.21 alone): judging.judged is that filter, for a result or
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from pathlib import Path
 from typing import Iterable
@@ -122,7 +123,7 @@ def _gaps(r: Rule, leaves: list[Leaf]) -> Iterable[Finding]:
     the name of the next must be shorter than a run: otherwise a run could have been removed
     from between them."""
     timed = sorted(((leaf.name_time, leaf.path), leaf) for leaf in leaves if leaf.name_time is not None)
-    for ((t0, _), first), ((t1, _), second) in zip(timed, timed[1:]):
+    for ((t0, _), first), ((t1, _), second) in itertools.pairwise(timed):
         end0, end1 = first.end_local, second.end_local
         durations = [end - start for end, start in ((end0, t0), (end1, t1)) if end is not None and end >= start]
         if end0 is None or not durations:
@@ -187,7 +188,7 @@ def _leaf_files(r: Rule, unit: Leaf, kind: str) -> Iterable[Finding]:
     for name, what in listing.items():
         for i in required.matching(name):
             matched[i].append((name, what))
-    for pattern, hits in zip(required.patterns, matched):
+    for pattern, hits in zip(required.patterns, matched, strict=True):
         files = [name for name, what in hits if what == FILE]
         if not files:
             why = f"{hits[0][0]} is a {hits[0][1]}, not a file" if hits else f"no file matching {pattern!r}"

@@ -146,7 +146,7 @@ def generated_package(r: Rule, pkg: Package) -> Iterable[Finding]:
             yield from _stray_findings(r, [path])
         elif kind == DIR:
             yield from _stray_findings(r, _strays(path, systems))
-    for division, org, org_dir in pkg.orgs:
+    for _division, _org, org_dir in pkg.orgs:
         for name, kind, path in visible(org_dir):
             if kind == FILE and name != MANIFEST:
                 yield r.invalid(path, f"{name} beside results/ and systems/ is not written by mlpstorage "
@@ -217,7 +217,7 @@ def submitter_names(r: Rule, pkg: Package) -> Iterable[Finding]:
     if not NAME_PATTERN.match(pkg.root.name):
         yield r.warning(pkg.root, f"top-level directory {pkg.root.name!r} is not a filename-safe submitter "
                                   "name (blanks and other unsafe characters become dashes)")
-    for division, org, org_dir in pkg.orgs:
+    for _division, org, org_dir in pkg.orgs:
         if not NAME_PATTERN.match(org):
             yield r.invalid(org_dir, f"submitter directory {org!r} uses characters outside letters, digits and . _ + - "
                                      "(replace blanks and the like with dashes)")
@@ -346,7 +346,7 @@ RESULTS_SYSTEMS = rule("2.1.8", "resultsDirectorySystems")
 @RESULTS_SYSTEMS.check(PACKAGE)
 def results_systems(r: Rule, pkg: Package) -> Iterable[Finding]:
     """results/ holds one directory per system, each described by systems/<name>.yaml and .pdf."""
-    for division, org, org_dir in pkg.orgs:
+    for _division, _org, org_dir in pkg.orgs:
         results = org_dir / "results"
         if not real_dir(results):
             continue

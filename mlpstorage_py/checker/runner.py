@@ -34,7 +34,7 @@ def check_system(system: System, checks: Checks, found: Found, offered: Offered)
             for rule, check, func, into in wanted:
                 try:
                     into += list(func(rule, leaf))  # whole or not at all, as Rule.run
-                except Exception as exc:  # noqa: BLE001 - report, do not hide
+                except Exception as exc:  # report, do not hide
                     into.append(rule.crashed(check, leaf, exc))
         if checks[PHASE]:
             for phase in result.phases:

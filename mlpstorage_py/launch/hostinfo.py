@@ -113,7 +113,7 @@ def local_facts(drop_cache: bool = False) -> dict[str, Any]:
 def _records(layout: list[tuple[str, int]], facts: list[dict[str, Any]], method: str) -> list[dict[str, Any]]:
     """Join what each host reported with the ranks the layout places there (by slot order)."""
     records, first = [], 0
-    for (host, slots), fact in zip(layout, facts):
+    for (host, slots), fact in zip(layout, facts, strict=True):
         records.append({"host": host, **fact, "ranks": list(range(first, first + slots)), "collection_method": method})
         first += slots
     return records

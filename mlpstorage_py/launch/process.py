@@ -73,8 +73,8 @@ def _pump(stream: IO[bytes], sink: IO[bytes], echo: IO[str] | None, last: list[s
 # took effect. Not a preexec_fn: Python code between fork and exec is unsafe in a process with
 # threads, and a fork that is not a vfork runs every library's fork handlers in mlpstorage (gRPC's
 # aborted a vectordb run: tests/test_vectordb_fork.py); without one, subprocess uses vfork.
-GUARD = (
-    "import ctypes, os, signal, sys\n"
+GUARD = (  # %-formatted: the program's own f-string braces stay as written
+    "import ctypes, os, signal, sys\n"  # noqa: UP031
     "ctypes.CDLL(None, use_errno=True).prctl(%d, signal.SIGTERM, 0, 0, 0)\n"
     "signal.signal(signal.SIGPIPE, signal.SIG_IGN)\n"
     "if os.getppid() != int(sys.argv[1]):\n"

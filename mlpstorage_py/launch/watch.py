@@ -129,7 +129,7 @@ class Watch:
             elif record.get("unit") and not state.unit:
                 state.unit = str(record["unit"])
             finished = not worker and bool(record.get("done")) and not state.done
-            advanced = any(now_ > was for now_, was in zip((state.read, state.written, state.units), before))
+            advanced = any(now_ > was for now_, was in zip((state.read, state.written, state.units), before, strict=True))
             if advanced or finished or record.get("paused"):
                 state.last_advance = now  # a planned pause counts as progress: the workload asked for it
             if advanced:
@@ -164,7 +164,7 @@ class Watch:
                     for url, values in figures.items():
                         entry = totals.setdefault(url, {"read_bytes": 0, "written_bytes": 0, "requests": 0,
                                                         "failed_requests": 0, "ranks": []})
-                        for key, value in zip(("read_bytes", "written_bytes", "requests", "failed_requests"), values):
+                        for key, value in zip(("read_bytes", "written_bytes", "requests", "failed_requests"), values, strict=False):
                             entry[key] += value
                         if values[2] and state.rank not in entry["ranks"]:
                             entry["ranks"].append(state.rank)

@@ -51,7 +51,7 @@ class _LeafFile(logging.FileHandler):
     """A leaf log file: when its filesystem refuses a write (full, gone), the run's own error
     says so in one line; the log does not add a traceback per record to the console."""
 
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:  # logging's name
         pass
 
 

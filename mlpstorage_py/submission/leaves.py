@@ -27,7 +27,7 @@ def path_id(pkg: Package, path: Path) -> str:
 def size_of(path: Path) -> int:
     """Bytes of the regular files below path, never following a link."""
     total = 0
-    for base, dirs, names in os.walk(path, followlinks=False):
+    for base, _dirs, names in os.walk(path, followlinks=False):
         for name in names:
             st = os.lstat(os.path.join(base, name))
             if not os.path.islink(os.path.join(base, name)):

@@ -127,7 +127,7 @@ def text(table: list[dict[str, Any]], runs: bool) -> str:
                                f"{r['runs_present']}/{r['runs_required']}", str(r["invalid"]), str(r["warnings"]),
                                str(len(r["paperwork"])) if r["paperwork"] else "-", r["verdict"]))) for r in table]
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *lines]]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *lines]]
     said = set()
     for r in table:
         for item in r["paperwork"]:

@@ -208,7 +208,7 @@ def _run_all(runs: list[HostRun], launcher: Launcher, work: Work) -> None:
             run.code = launcher.launch(LaunchSpec(run.argv, f"fio on {run.host}", run.stdout, run.stderr,
                                                   hosts=[host_name(run.host)], work=work, reports=False,
                                                   check=False)).code
-        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+        except BaseException as exc:  # carried to the caller's thread
             run.error = exc
 
     threads = [threading.Thread(target=one, args=(run,), daemon=True) for run in runs]
@@ -367,7 +367,7 @@ def prepare(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: f
             raise UsageError(f"--hosts names {len(hosts)} host(s); the trace's jobs came from {len(by_host)} "
                              "(give one host per traced host, in the trace's order, or none to replay all here)")
         check_hosts(hosts)
-        plan = [(host, [*common, *(f"--section={s}" for s in by_host[i])]) for host, i in zip(hosts, sorted(by_host))]
+        plan = [(host, [*common, *(f"--section={s}" for s in by_host[i])]) for host, i in zip(hosts, sorted(by_host), strict=True)]
     else:
         plan = [("localhost", common)]
     made = distiller.jobs(trace, meta)[0]
@@ -408,7 +408,7 @@ def replay(leaf: Path, directory: Path, hosts: list[str] | None, runtime_cap: fl
     replay.page_cache_mib) beside its buffers;
     returns the record written, its path, and whether replay.fio was written now."""
     p = prepare(leaf, directory, hosts, runtime_cap, page_cache_mib)
-    leaf, directory, trace, meta, plan, made = p.leaf, p.directory, p.trace, p.meta, p.plan, p.made
+    leaf, directory, trace, meta, plan = p.leaf, p.directory, p.trace, p.meta, p.plan
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="mlps-replay-") as scratch, _checked_copy(p.job_file, p.text) as copy:
         runs = [HostRun(host, _host_argv(host if hosts else None, p.fio, [*argv, str(copy)]),

@@ -118,7 +118,7 @@ class Milvus:
         def target() -> None:
             try:
                 box["value"] = fn(*args, timeout=limit, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:  # re-raised in the caller's thread
                 box["error"] = exc
 
         thread = threading.Thread(target=target, name=f"milvus-{what}", daemon=True)
@@ -164,7 +164,7 @@ class Milvus:
         try:
             if self.client is not None:
                 self.client.close()
-        except Exception as exc:  # noqa: BLE001 - closing must not hide the real outcome
+        except Exception as exc:  # closing must not hide the real outcome
             log.debug(f"closing the Milvus client: {exc}")
         self.client = None
         if self.lite and self.lite_path is not None:
@@ -172,7 +172,7 @@ class Milvus:
                 from milvus_lite.server_manager import server_manager_instance
 
                 server_manager_instance.release_server(str(self.lite_path))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.debug(f"releasing Milvus Lite: {exc}")
 
     def require_index_support(self, index_type: str) -> None:
@@ -216,7 +216,7 @@ class Milvus:
         return None
 
     def insert(self, ids: Any, rows: Any) -> int:
-        data = [{ID_FIELD: int(i), VECTOR_FIELD: row} for i, row in zip(ids.tolist(), rows)]
+        data = [{ID_FIELD: int(i), VECTOR_FIELD: row} for i, row in zip(ids.tolist(), rows, strict=True)]
         result = self.call("insert", self.client.insert, self.collection, data, timeout=self.timeouts.insert)
         return int((result or {}).get("insert_count", len(data)))
 
@@ -306,7 +306,7 @@ class Milvus:
     def _lite_collection(self) -> Any:
         from milvus_lite.server_manager import server_manager_instance
 
-        entry = server_manager_instance._servers.get(os.path.abspath(str(self.lite_path)))  # noqa: SLF001
+        entry = server_manager_instance._servers.get(os.path.abspath(str(self.lite_path)))
         if entry is None:
             raise BenchmarkFailed("cannot inspect Milvus Lite: its server is not running in this process")
         return entry[1].get_collection(self.collection)
@@ -315,17 +315,17 @@ class Milvus:
         kinds = family(index_type).lite_kinds
         try:
             col = self._lite_collection()
-            segments = col._segments_snapshot() if hasattr(col, "_segments_snapshot") else tuple(col._segment_cache.values())  # noqa: SLF001
-            memtable = int(col._memtable.size())  # noqa: SLF001
+            segments = col._segments_snapshot() if hasattr(col, "_segments_snapshot") else tuple(col._segment_cache.values())
+            memtable = int(col._memtable.size())
             rows: list[dict[str, Any]] = []
             for seg in segments:
                 idx = seg.indexes.get(VECTOR_FIELD)
                 rows.append({"rows": int(seg.num_rows), "index": getattr(idx, "index_type", None) if idx is not None else None,
                              "index_class": type(idx).__name__ if idx is not None else None})
-            spec = col._index_specs.get(VECTOR_FIELD)  # noqa: SLF001
+            spec = col._index_specs.get(VECTOR_FIELD)
         except BenchmarkFailed:
             raise
-        except Exception as exc:  # noqa: BLE001 - a Milvus Lite whose internals moved
+        except Exception as exc:  # a Milvus Lite whose internals moved
             raise BenchmarkFailed(f"cannot tell what serves the queries in this Milvus Lite "
                                   f"({package_version('milvus-lite')}): {_one_line(exc)}") from exc
         by_index = sum(r["rows"] for r in rows if r["index"] in kinds)
@@ -345,7 +345,7 @@ class Milvus:
     def _server_serving(self, index_type: str) -> dict[str, Any]:
         from pymilvus.grpc_gen import common_pb2
 
-        handler = self.client._get_connection()  # noqa: SLF001 - MilvusClient has no public segment info
+        handler = self.client._get_connection()  # MilvusClient has no public segment info
         infos = self.call("get_query_segment_info", handler.get_query_segment_info, self.collection)
         rows = []
         for seg in infos:
@@ -371,8 +371,8 @@ class Milvus:
         start = time.monotonic()
         if self.lite:
             try:
-                self._lite_collection()._wait_for_bg(timeout=stall_s)  # noqa: SLF001 - drain background index builds
-            except Exception as exc:  # noqa: BLE001 - the polling below still decides
+                self._lite_collection()._wait_for_bg(timeout=stall_s)  # drain background index builds
+            except Exception as exc:  # the polling below still decides
                 log.debug(f"Milvus Lite background drain: {exc}")
         state = self.serving(index_type)
         last_said = 0.0
@@ -395,8 +395,8 @@ class Milvus:
         rows 0..N-1; a row outside the range shows up as missing coverage)."""
         if self.lite:
             col = self._lite_collection()
-            segments = col._segments_snapshot() if hasattr(col, "_segments_snapshot") else tuple(col._segment_cache.values())  # noqa: SLF001
-            if int(col._memtable.size()):  # noqa: SLF001
+            segments = col._segments_snapshot() if hasattr(col, "_segments_snapshot") else tuple(col._segment_cache.values())
+            if int(col._memtable.size()):
                 raise BenchmarkFailed("Milvus Lite still holds unflushed rows; the ground truth would miss them")
             return "Milvus Lite segments, read in-process", self._lite_chunks(segments, batch_rows)
         return "id-range queries", (self.read_range(lo, min(lo + batch_rows, id_stop)) for lo in range(0, id_stop, batch_rows))
@@ -442,7 +442,7 @@ def _columnar(rows: Any) -> tuple[Any, Any] | None:
         vecs = np.asarray(column.vectors.float_vector.data, dtype=np.float32).reshape(-1, dim)
         ids = np.fromiter((list.__getitem__(rows, i)[ID_FIELD] for i in range(len(rows))), dtype=np.int64,
                           count=len(rows))
-    except Exception:  # noqa: BLE001 - fall back to the public row access
+    except Exception:  # fall back to the public row access
         return None
     return (ids, vecs) if len(vecs) == len(ids) else None
 

@@ -97,7 +97,7 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
         latencies.append([count, (time.perf_counter() - began) * 1000.0])
         if timings is not None:
             timings.append((g, first % nq, count, began - t0, latencies[-1][1]))
-        for q, found in zip(rows, result):
+        for q, found in zip(rows, result, strict=False):
             hits.setdefault(str(q), [int(h["id"]) for h in found])
         done += count
         rank_progress.count(count, "queries")  # a database's socket I/O: /proc/<pid>/io does not see it
@@ -144,7 +144,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
             write_worker_csv(Path(spec["leaf"]) / WORKER_CSV.format(rank=rank), timings)
         write_atomic(rank_path(Path(spec.get("rank_dir") or spec["leaf"]), rank), record)
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
-    except BaseException as exc:  # noqa: BLE001 - one line for the parent, then stop the whole job
+    except BaseException as exc:  # one line for the parent, then stop the whole job
         # The one-line cause first: the parent quotes the first exception line it finds.
         sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
                          f"{' '.join(str(exc).split())[:400]}\n")

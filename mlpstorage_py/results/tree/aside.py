@@ -109,7 +109,7 @@ def _work(func: Callable[[], Any], head_of: Callable[[Any], Any], send: Connecti
     try:
         sent = func()
         head = head_of(sent)
-    except Exception:  # noqa: BLE001 - the caller works it out again and raises it where it belongs
+    except Exception:  # the caller works it out again and raises it where it belongs
         return
     try:
         send.send(head)

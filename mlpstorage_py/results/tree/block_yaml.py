@@ -225,14 +225,14 @@ def _uncached_scalar(text: str) -> Any:
 
 def _resolve(value: str) -> Any:
     """A plain scalar's value, typed by the loader's implicit resolvers and constructors."""
+    found = None
     for tag, pattern in _RESOLVERS.get(value[0], []) + _WILDCARD:
         if pattern.match(value):
+            found = tag
             break
-    else:
+    if found is None or found == STR:
         return value
-    if tag == STR:
-        return value
-    construct = _SAFE.yaml_constructors.get(tag)
+    construct = _SAFE.yaml_constructors.get(found)
     if construct is None:
-        raise Unhandled(tag)
-    return construct(_CONSTRUCTOR, yaml.ScalarNode(tag, value))
+        raise Unhandled(found)
+    return construct(_CONSTRUCTOR, yaml.ScalarNode(found, value))

@@ -102,7 +102,7 @@ def forget_below(directories: frozenset[str], since: tuple[int, ...]) -> None:
     results/ directories of a part of the package, once its rules are done): memory stays that
     of a part. Asked for again, a path is listed or read again."""
     heads = tuple(d.rstrip("/") + "/" for d in directories)
-    for cache, before in zip(_CACHES, since):
+    for cache, before in zip(_CACHES, since, strict=True):
         for key in [key for key in itertools.islice(reversed(cache), len(cache) - before) if key.startswith(heads)]:
             del cache[key]
 

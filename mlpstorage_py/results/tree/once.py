@@ -9,7 +9,7 @@ from typing import Any, Callable, Generic, TypeVar, overload
 T = TypeVar("T")
 
 
-class once(Generic[T]):  # noqa: N801 - named as the decorator it stands in for
+class once(Generic[T]):  # named as the decorator it stands in for
     """@once on a method: its answer, kept on the object until removed from its __dict__."""
 
     def __init__(self, func: Callable[[Any], T]) -> None:

@@ -150,6 +150,6 @@ def _work(func: Callable[[Share], Any], share: Share, send: Connection) -> None:
     settle()
     try:
         sent = func(share)
-    except Exception:  # noqa: BLE001 - the caller walks the share again and raises it where it belongs
+    except Exception:  # the caller walks the share again and raises it where it belongs
         return
     send.send(sent)
