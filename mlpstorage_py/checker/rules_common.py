@@ -54,7 +54,7 @@ def code_pointer(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     digest = code_image.parse_pointer(leaf.pointer)
     if digest is None:
         yield r.invalid(leaf.path, f"malformed {code_image.POINTER_FILE}: {leaf.pointer.strip()!r}")
-    elif not _listed_image(package_of(leaf).resolve_image(leaf, digest)):
+    elif package_of(leaf).listed_image(leaf, digest) is None:
         yield r.invalid(leaf.path, f"code image code-{digest[:8]} is not in the pool")
 
 
@@ -84,11 +84,6 @@ def code_images(r: Rule, pkg: Package) -> Iterable[Finding]:
             count = sum(1 for path in _files_below(image) if path.name != code_image.HASH_FILE)
             yield r.invalid(image, f"the {count} file(s) present re-hash to {actual}, not the recorded {recorded}: "
                                    "the captured source tree is incomplete or altered")
-
-
-def _listed_image(image: Path | None) -> bool:
-    """Whether a resolved image is a real directory of the package holding a real stamp."""
-    return image is not None and files.real_file(image / code_image.HASH_FILE)
 
 
 def _files_below(directory: Path) -> Iterator[Path]:

@@ -31,16 +31,17 @@ class DlioSummary(Schema):
     OLDER = ()
     FIELDS = {"metric": OBJECT, "checkpoint_engine": OBJECT, "start": TEXT, "end": TEXT, "num_accelerators": NUMBER}
 
-    @property
-    def metric(self) -> dict[str, Any]:
-        return self.object("metric")
+    @staticmethod
+    def metric_of(data: dict[str, Any] | None) -> dict[str, Any]:
+        """The metric block of a summary as read (every version: DLIO's format carries none),
+        {} without one; asked of every leaf many times, so no record is built for it."""
+        found = data.get("metric") if data is not None else None
+        return found if isinstance(found, dict) else {}
 
 
 def metric(leaf: Leaf) -> dict[str, Any]:
     """The summary's metric block, {} when the summary or the block is missing or unreadable."""
-    summary = leaf.summary
-    found = DlioSummary.from_json(summary) if summary is not None else None
-    return found.metric if isinstance(found, DlioSummary) else {}
+    return DlioSummary.metric_of(leaf.summary)
 
 
 def is_number(value: Any) -> bool:

@@ -455,6 +455,7 @@ class Package:
     _heads: Heads = field(default_factory=dict, repr=False)
     _parsing: aside.Aside[Manifests, Heads] | None = field(default=None, repr=False)  # parsed in a forked process
     _images: dict[tuple[str, str], Path | None] = field(default_factory=dict, repr=False)
+    _listed: dict[tuple[str, str], Path | None] = field(default_factory=dict, repr=False)
     _editions: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
     _descriptions: dict[tuple[str, str, str], tuple[dict[str, Any] | None, str | None, Path]] = \
         field(default_factory=dict, repr=False)
@@ -557,6 +558,16 @@ class Package:
                     self._images[key] = candidate
                     break
         return self._images[key]
+
+    def listed_image(self, leaf: Leaf, digest: str) -> Path | None:
+        """resolve_image's image when the tree reader lists it: a real directory of the package
+        holding a real stamp (rule 2.1.6; a linked pool, image or stamp is none, and rule 1.1
+        reports the link). Looked up once per organization and image, as resolve_image is."""
+        key = (leaf.org, digest[:8])
+        if key not in self._listed:
+            image = self.resolve_image(leaf, digest)
+            self._listed[key] = image if image is not None and files.real_file(image / code_image.HASH_FILE) else None
+        return self._listed[key]
 
     def manifest(self, division: str, org: str) -> tuple[Path, Any] | None:
         """<division>/<org>/submission.yaml, parsed once per reading."""
