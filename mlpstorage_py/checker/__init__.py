@@ -7,15 +7,20 @@ from collections import defaultdict
 from pathlib import Path
 
 from mlpstorage_py.checker import calibrations, runner, workers
+
+# Importing a rules module registers its rules: this order is the registry's, kept as written.
+# isort: off
 from mlpstorage_py.checker import rules_common, rules_training, rules_structure, rules_leaves, rules_checkpointing, rules_telemetry
 from mlpstorage_py.checker import rules_checkpointing_run
 from mlpstorage_py.checker import rules_vdb, rules_vdb_backends, rules_kvcache
 from mlpstorage_py.checker import rules_kvcache_workload, rules_kvcache_aggregate, rules_kvcache_storage
 from mlpstorage_py.checker import rules_endpoints
+# isort: on
+
+from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, Rule
 from mlpstorage_py.results.tree import shares
 from mlpstorage_py.results.tree.package import Package
 from mlpstorage_py.results.tree.untrusted import shown
-from mlpstorage_py.checker.registry import INVALID, NOT_APPLICABLE, RULES, Finding, Rule
 from mlpstorage_py.rules.tables import rule_index
 
 # Importing a rules module registers its rules (sections 1-4, then 5 and 6).

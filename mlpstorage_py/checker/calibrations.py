@@ -16,9 +16,10 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.registry import INFO, INVALID, WARNING, Check, CheckFunc, Finding, Rule
 from mlpstorage_py.results.tree.values import dig

@@ -12,7 +12,8 @@ its filter from these functions and says why.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from mlpstorage_py.results.tree.package import Leaf, Package, Result, System
 from mlpstorage_py.rules import tables

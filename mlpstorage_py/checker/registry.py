@@ -8,9 +8,10 @@ of its scope as it walks the package, system after system.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 INVALID, WARNING, INFO = "INVALID", "WARNING", "INFO"
 LEAF, PHASE, RESULT, SYSTEM, PACKAGE = "leaf", "phase", "result", "system", "package"

@@ -12,13 +12,15 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.judging import judged, sanctioned
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, WARNING, Finding, Rule, rule
-from mlpstorage_py.results.summary import dlio_engine_note, metric as _metric
+from mlpstorage_py.results.summary import dlio_engine_note
+from mlpstorage_py.results.summary import metric as _metric
 from mlpstorage_py.results.tree.files import load_json
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, as_number, dig, parse_time

@@ -5,18 +5,32 @@ and the test's conduct (4.7). The shared readers of a checkpoint leaf live in ru
 from __future__ import annotations
 
 import functools
-
 import posixpath
 import re
+from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Any, Generator, Iterable
+from typing import Any
 
 from mlpstorage_py.checker import calibrations
 from mlpstorage_py.checker.judging import judged, package_of
 from mlpstorage_py.checker.registry import INVALID, LEAF, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_checkpointing import (
-    COUNTED_ELSEWHERE, counts, invocations, is_read, is_write, _cannot, _configuration, _interval,
-    _met_path, _model, _processes, _read_start, _two_invocations, _reference, _write_end)
+    COUNTED_ELSEWHERE,
+    _cannot,
+    _configuration,
+    _interval,
+    _met_path,
+    _model,
+    _processes,
+    _read_start,
+    _reference,
+    _two_invocations,
+    _write_end,
+    counts,
+    invocations,
+    is_read,
+    is_write,
+)
 from mlpstorage_py.results.summary import metric as _metric
 from mlpstorage_py.results.tree.files import read_text
 from mlpstorage_py.results.tree.package import Leaf, Result, System

@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import Any, Generator, Iterable
+from collections.abc import Generator, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.judging import checker_block, per_unit
 from mlpstorage_py.checker.registry import Finding, Rule, not_applicable

@@ -3,19 +3,31 @@ rules_kvcache.py, which holds the leaf model these rules read)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.registry import INVALID, LEAF, WARNING, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import Kv, _close, _missing_text, judged, judged_with
 from mlpstorage_py.results.kv import (
-    DEVICE_READ, DEVICE_WRITE, FAMILY, RANK_COUNT, READ_BW, THROUGHPUT, TOTAL_RANKS, TRIALS, WRITE_BW, declared_missing,
-    older_aggregate, older_aggregate_text, partial_failure)
+    DEVICE_READ,
+    DEVICE_WRITE,
+    FAMILY,
+    RANK_COUNT,
+    READ_BW,
+    THROUGHPUT,
+    TOTAL_RANKS,
+    TRIALS,
+    WRITE_BW,
+    declared_missing,
+    older_aggregate,
+    older_aggregate_text,
+    partial_failure,
+)
 from mlpstorage_py.results.kv_leaf import RankFile
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
-
 
 # --- 6.3.4 aggregation -----------------------------------------------------------------------------
 

@@ -3,19 +3,30 @@ which holds the leaf model these rules read)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.judging import checker_block
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import (
-    GATEWAYS, GLOBAL_FLAGS, OPTION_KEYS, SCHEME, TRACED_FEATURES, Kv, _flag, _same, _table, judged, judged_with)
+    GATEWAYS,
+    GLOBAL_FLAGS,
+    OPTION_KEYS,
+    SCHEME,
+    TRACED_FEATURES,
+    Kv,
+    _flag,
+    _same,
+    _table,
+    judged,
+    judged_with,
+)
 from mlpstorage_py.checker.rules_kvcache_workload import _autoscaling
 from mlpstorage_py.results.kv import FAMILY, option_table
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
 from mlpstorage_py.rules import tables
-
 
 # --- 6.4 / 6.5 storage -------------------------------------------------------------------------
 

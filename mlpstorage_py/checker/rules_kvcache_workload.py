@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import PurePosixPath
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.registry import LEAF, Finding, Rule, rule
 from mlpstorage_py.checker.rules_kvcache import BUNDLED_CONFIG, OPTION_KEYS, _flag, _mismatches, _same, _table, judged
@@ -13,7 +14,6 @@ from mlpstorage_py.results.kv_leaf import RankFile
 from mlpstorage_py.results.tree.files import entries
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, dig
-
 
 # --- 6.3.1 / 6.3.2 the workload and the sequence ----------------------------------------------
 

@@ -16,17 +16,30 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from mlpstorage_py.results.tree.files import (
-    DIR, FILE, LINK, MAPPING, SEQUENCE, child, kind_of, load_json, names, read_text, real_dir, visible, yaml_shape)
-from mlpstorage_py.results.tree.layout import TIMESTAMP
-from mlpstorage_py.results.tree.package import Leaf, Phase, Result, System
-from mlpstorage_py.results.tree.values import leaf_time
 from mlpstorage_py.checker.judging import judged, judged_system, sanctioned
 from mlpstorage_py.checker.registry import LEAF, PHASE, RESULT, SYSTEM, Finding, Rule, rule
 from mlpstorage_py.checker.rules_structure import only_sanctioned
+from mlpstorage_py.results.tree.files import (
+    DIR,
+    FILE,
+    LINK,
+    MAPPING,
+    SEQUENCE,
+    child,
+    kind_of,
+    load_json,
+    names,
+    read_text,
+    real_dir,
+    visible,
+    yaml_shape,
+)
+from mlpstorage_py.results.tree.layout import TIMESTAMP
+from mlpstorage_py.results.tree.package import Leaf, Phase, Result, System
+from mlpstorage_py.results.tree.values import leaf_time
 
 PHASES = ("datasize", "datagen", "run")
 # reportgen's identity/result tables may sit beside the timestamp directories of a phase or

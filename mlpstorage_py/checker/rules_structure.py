@@ -15,18 +15,31 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from mlpstorage_py.results.tree.files import DIR, FILE, LINK, OTHER, child, kind_of, names, read_text, real_dir, real_file, visible
-from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
-from mlpstorage_py.results.tree.values import as_int, as_number, dig
 from mlpstorage_py.checker import judging
 from mlpstorage_py.checker.judging import checker_block, families, judged_system, package_of, sanctioned
 from mlpstorage_py.checker.registry import LEAF, PACKAGE, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.checker.system_drift import description_drift
 from mlpstorage_py.checker.system_schema import description_shape
 from mlpstorage_py.results.leaf import NAME_PATTERN
+from mlpstorage_py.results.tree.files import (
+    DIR,
+    FILE,
+    LINK,
+    OTHER,
+    child,
+    kind_of,
+    names,
+    read_text,
+    real_dir,
+    real_file,
+    visible,
+)
+from mlpstorage_py.results.tree.package import DIVISIONS, Leaf, Package, System
+from mlpstorage_py.results.tree.values import as_int, as_number, dig
 from mlpstorage_py.rules import tables
 
 # reportgen's organization rollup tables sit in results/ (RPT-01).

@@ -6,7 +6,8 @@ the rules do not require client headroom; Rules.md, TEL-01."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from mlpstorage_py.checker.registry import LEAF, Finding, Rule, rule
 from mlpstorage_py.results import bottleneck

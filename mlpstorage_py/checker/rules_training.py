@@ -5,17 +5,17 @@ from __future__ import annotations
 import math
 import posixpath
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from mlpstorage_py.checker.judging import stamped_checker_block
+from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.results.summary import training as training_figures
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf, Result, System
 from mlpstorage_py.results.tree.values import dig
-from mlpstorage_py.checker.judging import stamped_checker_block
-from mlpstorage_py.checker.registry import LEAF, RESULT, SYSTEM, Finding, Rule, not_applicable, rule
 from mlpstorage_py.rules import predicates, tables
-
 
 not_applicable("3.3.5", "dataset reachability from every client host leaves no evidence in the package to check")
 

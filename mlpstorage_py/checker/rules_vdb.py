@@ -22,20 +22,33 @@ count that no table defines: they are reported as INFO, never invented.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.judging import checker_block
-from mlpstorage_py.rules import predicates
 from mlpstorage_py.checker.registry import LEAF, RESULT, Finding, Rule, rule
 from mlpstorage_py.results.tree.files import DIR, FILE, entries, kind_of, load_json, read_text, real_file
 from mlpstorage_py.results.tree.package import Leaf, Result
 from mlpstorage_py.results.tree.values import as_int, dig
 from mlpstorage_py.results.vdb import (
-    FAMILY, INDEX_DONE, LOG_LIMIT, METRIC_KEYS, collection_size, datagen_for, declared, fact, index_type,
-    missing_summary, named_outputs, native, number, param)
-
+    FAMILY,
+    INDEX_DONE,
+    LOG_LIMIT,
+    METRIC_KEYS,
+    collection_size,
+    datagen_for,
+    declared,
+    fact,
+    index_type,
+    missing_summary,
+    named_outputs,
+    native,
+    number,
+    param,
+)
+from mlpstorage_py.rules import predicates
 
 # --- which leaves are judged, and the findings the rules share (the leaf model is results/vdb) ---
 

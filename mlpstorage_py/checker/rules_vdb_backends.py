@@ -7,7 +7,8 @@ readings of a leaf's files beyond its records are the leaf model's (results/vdb)
 from __future__ import annotations
 
 import re
-from typing import Any, Generator, Iterable
+from collections.abc import Generator, Iterable
+from typing import Any
 
 from mlpstorage_py.checker.judging import checker_block, package_of, sanctioned
 from mlpstorage_py.checker.registry import LEAF, SYSTEM, Finding, Rule, rule
@@ -16,8 +17,19 @@ from mlpstorage_py.results.tree.files import FILE, entries, read_text
 from mlpstorage_py.results.tree.package import Leaf, System
 from mlpstorage_py.results.tree.values import apart, dig
 from mlpstorage_py.results.vdb import (
-    FAMILY, LOG_LIMIT, config, database, engine, evidence_problem, fact, index_type, missing_summary, named_outputs,
-    resolved, value)
+    FAMILY,
+    LOG_LIMIT,
+    config,
+    database,
+    engine,
+    evidence_problem,
+    fact,
+    index_type,
+    missing_summary,
+    named_outputs,
+    resolved,
+    value,
+)
 from mlpstorage_py.rules import predicates, tables
 from mlpstorage_py.rules.core_config import canonical, flatten
 

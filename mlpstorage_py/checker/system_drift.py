@@ -8,13 +8,14 @@ run-against-run comparison of the same rule stays in rules_structure.identical_s
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
+from mlpstorage_py.checker.registry import Finding, Rule
 from mlpstorage_py.results import host_sidecar
 from mlpstorage_py.results.host_profile import differences, host_records
 from mlpstorage_py.results.tree.files import read_text
 from mlpstorage_py.results.tree.package import System
-from mlpstorage_py.checker.registry import Finding, Rule
 
 
 def description_drift(r: Rule, system: System) -> Iterable[Finding]:

@@ -18,13 +18,14 @@ with too, so the two report the same number for the same file.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from mlpstorage_py.results.tree.files import load_yaml, real_dir
-from mlpstorage_py.results.host_profile import PLACEHOLDER
-from mlpstorage_py.results.tree.values import as_int, as_number
 from mlpstorage_py.checker.registry import Finding, Rule
+from mlpstorage_py.results.host_profile import PLACEHOLDER
+from mlpstorage_py.results.tree.files import load_yaml, real_dir
+from mlpstorage_py.results.tree.values import as_int, as_number
 from mlpstorage_py.rules.tables import system_description as table
 
 CAPABILITIES = "system_under_test.solution.capabilities"
