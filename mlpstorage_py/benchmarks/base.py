@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
-from typing import Any, ClassVar, ContextManager, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from mlpstorage_py.benchmarks.options import BenchmarkOptions
 from mlpstorage_py.errors import GateRefused, UsageError
@@ -101,11 +102,11 @@ class Benchmark(abc.ABC):
         self.results_dir: Path | None = None
         self.workload_dir: Path | None = None
 
-    def scratch(self) -> ContextManager[Path]:
+    def scratch(self) -> AbstractContextManager[Path]:
         """This benchmark's scratch directory (launch.job.scratch_dir), removed afterwards."""
         return scratch_dir(self.results_dir, self.benchmark_type)
 
-    def launcher(self, leaf: Path) -> ContextManager[Launcher]:
+    def launcher(self, leaf: Path) -> AbstractContextManager[Launcher]:
         """The one launch path for this command's jobs (launch.job.Launcher): its launch options,
         the leaf, and one scratch directory for all of them, removed afterwards."""
         return launching(self.request.launch, self.results_dir, self.benchmark_type, leaf,

@@ -16,7 +16,6 @@ import yaml
 
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import dlio_checkpointing, object_endpoints
-from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import CheckpointingOptions, given
 from mlpstorage_py.checkpoint import engine as checkpoint_engine
@@ -24,11 +23,12 @@ from mlpstorage_py.checkpoint.engine import ENGINE_NAME
 from mlpstorage_py.checkpoint.shards import build_layout
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError, missing_directory
 from mlpstorage_py.launch import hostinfo
-from mlpstorage_py.results import libraries
 from mlpstorage_py.launch.job import LaunchSpec, Work
 from mlpstorage_py.launch.mpi import LEAF, SAFE_PATH, SCRATCH, MpiOptions, fill, mpi_command
+from mlpstorage_py.results import libraries
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3

@@ -13,8 +13,8 @@ import yaml
 
 from mlpstorage_py.benchmarks import dlio_engine
 from mlpstorage_py.errors import BenchmarkFailed
-from mlpstorage_py.results import libraries
 from mlpstorage_py.launch.mpi import LEAF, SCRATCH, MpiOptions, mpi_command
+from mlpstorage_py.results import libraries
 
 HYDRA_SUBDIR = "dlio_config"
 NAME_PREFIX = "mlps_"

@@ -18,11 +18,11 @@ from typing import Any
 
 import yaml
 
-from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.errors import NotAvailable, TimeoutExpired, UsageError
 from mlpstorage_py.launch.mpi import SAFE_PATH
-from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.results.provenance import stamp_from_metadata
+from mlpstorage_py.rules import configs as workloads
+from mlpstorage_py.rules.configs import source_root
 
 DIST = "dlio-benchmark"
 # Reading another environment's package metadata starts its interpreter once: seconds at most.

@@ -47,8 +47,8 @@ from importlib import util
 from typing import Any
 
 from mlpstorage_py.launch import rank_temp
-from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.rank_guard import die_with_parent, env_rank, report_started
+from mlpstorage_py.telemetry import rank_progress
 
 _NODE_COMM: Any = None
 # The process that started this rank (prterun, prted, Hydra's proxy): once it is gone, MPI_Abort

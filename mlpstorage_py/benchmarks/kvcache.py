@@ -31,23 +31,30 @@ import yaml
 
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import kvcache_hosts
-from mlpstorage_py.rules import configs as workloads
-from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
+from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
 from mlpstorage_py.benchmarks.options import KVCacheOptions
-from mlpstorage_py.errors import (BenchmarkFailed, ConfigurationError, GateRefused, Interrupted, NotFoundError,
-                                  PermissionDenied, TimeoutExpired, UsageError)
-from mlpstorage_py.results import libraries
+from mlpstorage_py.errors import (
+    BenchmarkFailed,
+    ConfigurationError,
+    GateRefused,
+    Interrupted,
+    NotFoundError,
+    PermissionDenied,
+    TimeoutExpired,
+    UsageError,
+)
 from mlpstorage_py.launch.hostnames import is_local
-from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.job import LaunchSpec, Work
+from mlpstorage_py.launch.mpi import LEAF, MpiOptions, fill, mpi_command
 from mlpstorage_py.launch.process import error_line
-from mlpstorage_py.results import fs_probe
-from mlpstorage_py.rules.configs import source_root
+from mlpstorage_py.results import fs_probe, libraries
 from mlpstorage_py.results.io import write_json
 from mlpstorage_py.results.kv import TOTAL_RANKS, TRIALS, KvSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
+from mlpstorage_py.rules import configs as workloads
+from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.rules.tables import checker, kvcache_options
 
 ENGINE = "kv-cache.py"

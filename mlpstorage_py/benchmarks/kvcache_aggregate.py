@@ -13,7 +13,6 @@ from mlpstorage_py.errors import BenchmarkFailed
 from mlpstorage_py.results.kv import RANK_COUNT, TOTAL_RANKS, TRIAL_COUNT
 from mlpstorage_py.results.logs import log
 
-
 # -- aggregation (Rules 6.3.4) --------------------------------------------------------------
 # summary.figures_reference_way keys kv-cache.py reports, reduced like ours.
 REFERENCE_WAY = {"read_bandwidth_gbps": "tier_storage_read_bandwidth_gbps",

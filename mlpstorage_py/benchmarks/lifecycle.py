@@ -10,23 +10,22 @@ import contextlib
 import os
 import shlex
 import time
-from datetime import datetime
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.benchmarks import table, tracing
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, engine_line
 from mlpstorage_py.errors import ConfigurationError, GateRefused, Interrupted, MlpsError, missing_directory
-from mlpstorage_py.launch.deadline import reporting
 from mlpstorage_py.launch import hostinfo, mpi, preflight
-from mlpstorage_py.results import libraries
-from mlpstorage_py.results import code_image, fs_probe, provenance
+from mlpstorage_py.launch.deadline import reporting
+from mlpstorage_py.results import code_image, fs_probe, libraries, provenance
 from mlpstorage_py.results.host import host_info
 from mlpstorage_py.results.io import atomic_write_text, iso_from_epoch, write_json
-from mlpstorage_py.results.metadata import Metadata
 from mlpstorage_py.results.leaf import check_name, create_leaf, workload_dir
 from mlpstorage_py.results.logs import attach_leaf, detach, log
+from mlpstorage_py.results.metadata import Metadata
 from mlpstorage_py.results.sentinel import require_org, resolve_results_dir
 from mlpstorage_py.storage import datalock
 from mlpstorage_py.storage.s3 import environment_record

@@ -8,8 +8,9 @@ replay is distilled once the leaf's metadata is written (it reads whether the ru
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mlpstorage_py.errors import MlpsError
 from mlpstorage_py.launch import heartbeat

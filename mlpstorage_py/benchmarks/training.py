@@ -15,7 +15,6 @@ import yaml
 
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import datasets, dlio, dlio_engine, object_endpoints
-from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import TrainingOptions, given
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, Refused, missing_directory
@@ -26,6 +25,7 @@ from mlpstorage_py.results.io import utc_now, write_json
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout, untrusted
 from mlpstorage_py.results.tree.values import dig
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.storage import s3

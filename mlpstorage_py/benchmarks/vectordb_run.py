@@ -14,16 +14,17 @@ import hashlib
 import math
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from mlpstorage_py.benchmarks.base import Plan
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, UsageError
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.results.io import iso_from_epoch, write_json
-from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import untrusted
+from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.vectordb import VECTOR_FIELD, families
 

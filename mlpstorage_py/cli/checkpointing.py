@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_endpoints, add_mpi, add_open_only, add_params, add_storage, add_trace,
-                                      add_universal, command_parser, positive_float, positive_int)
+from mlpstorage_py.cli.common import (
+    add_endpoints,
+    add_mpi,
+    add_open_only,
+    add_params,
+    add_storage,
+    add_trace,
+    add_universal,
+    command_parser,
+    positive_float,
+    positive_int,
+)
 from mlpstorage_py.cli.training import add_dlio_bin_path
 from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker, edition

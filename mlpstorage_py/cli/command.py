@@ -10,8 +10,9 @@ Entries are NamedTuples: a dataclass would bring `inspect` into every start-up, 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from mlpstorage_py.cli.common import add_universal
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mlpstorage_py.errors import UsageError
 

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_mpi, add_open_only, add_params, add_trace, add_universal, command_parser,
-                                      non_negative_float, non_negative_int, positive_int)
+from mlpstorage_py.cli.common import (
+    add_mpi,
+    add_open_only,
+    add_params,
+    add_trace,
+    add_universal,
+    command_parser,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from mlpstorage_py.rules.tables import workloads
-
 
 
 def register(bench: Any, mode: str) -> None:

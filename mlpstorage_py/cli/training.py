@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlpstorage_py.cli.common import (add_endpoints, add_mpi, add_params, add_storage, add_trace, add_universal,
-                                      command_parser, positive_float, positive_int)
+from mlpstorage_py.cli.common import (
+    add_endpoints,
+    add_mpi,
+    add_params,
+    add_storage,
+    add_trace,
+    add_universal,
+    command_parser,
+    positive_float,
+    positive_int,
+)
 from mlpstorage_py.rules.tables import checker, edition
 
 

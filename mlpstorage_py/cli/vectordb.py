@@ -12,8 +12,17 @@ import argparse
 from typing import Any
 
 from mlpstorage_py.cli import vectordb_diskann
-from mlpstorage_py.cli.common import (HOST_PATTERN, add_mpi, add_open_only, add_params, add_storage, add_trace,
-                                      add_universal, command_parser, positive_int)
+from mlpstorage_py.cli.common import (
+    HOST_PATTERN,
+    add_mpi,
+    add_open_only,
+    add_params,
+    add_storage,
+    add_trace,
+    add_universal,
+    command_parser,
+    positive_int,
+)
 from mlpstorage_py.rules.predicates import vdb_closed_values
 from mlpstorage_py.rules.tables import checker, workloads
 
