@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 import yaml
 
 from mlpstorage_py.launch import heartbeat
-from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import MpiOptions, host_slots, placement
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.rules.configs import source_root
+from mlpstorage_py.telemetry import rank_progress
 
 MIB = 2 ** 20
 

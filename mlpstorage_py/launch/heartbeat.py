@@ -21,8 +21,9 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlpstorage_py.launch.watch import Watch
@@ -104,7 +105,7 @@ class Startup:
     allowance_s: float
     placement: Sequence[str] = ()
     took_s: float | None = None  # seconds from the launch to the last report, once all came
-    watch: "Watch | None" = None  # the ranks' progress and the hosts' telemetry (launch/watch.py)
+    watch: Watch | None = None  # the ranks' progress and the hosts' telemetry (launch/watch.py)
     completed_at: float | None = None  # time.monotonic() when the last rank reported
     _seen: dict[int, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)

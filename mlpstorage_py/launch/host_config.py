@@ -5,8 +5,9 @@ their block-layer settings. Read on every host the survey reaches (launch/hostin
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mlpstorage_py.results.redact import MASK, redact, secret_values
 from mlpstorage_py.rules.tables import host_survey

@@ -24,17 +24,18 @@ import contextlib
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ContextManager, Iterator, Sequence
+from typing import Any
 
+from mlpstorage_py import progress
 from mlpstorage_py.launch import deadline, shm_orphans
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.mpi import MpiOptions, fill, host_slots
 from mlpstorage_py.launch.options import LaunchOptions
 from mlpstorage_py.launch.process import require_success, run_logged
 from mlpstorage_py.launch.watch import TELEMETRY_DIR, record_bottleneck
-from mlpstorage_py import progress
 from mlpstorage_py.results.links import make_dirs, private_path
 from mlpstorage_py.results.logs import log
 
@@ -65,7 +66,7 @@ class Job:
     deadline_s: float
     echo: bool = False  # the child's output on the console too (--verbose)
     # Entered around the run (progress.polled over a counter of the work done); None: no bar.
-    progress: ContextManager[Any] | None = None
+    progress: contextlib.AbstractContextManager[Any] | None = None
     # A non-zero exit raises BenchmarkFailed; False: the caller judges Outcome.code itself.
     check: bool = True
     # The ranks' start-up reports to wait for (deadline.startup); None: deadline_s from the launch.
@@ -94,7 +95,7 @@ def run_job(job: Job, leaf: Path, scratch: Path) -> Outcome:
                  f"work deadline: {job.deadline_s:.0f} s from then")
     watch = job.startup.watch if job.startup is not None else None
     outer = progress.active()  # a phase already shown (kvcache's trials): the job's rates go there
-    view: ContextManager[Any] = job.progress or (progress.Progress(job.label) if watch is not None and outer is None
+    view: contextlib.AbstractContextManager[Any] = job.progress or (progress.Progress(job.label) if watch is not None and outer is None
                                                  else contextlib.nullcontext())
     with view as bar:
         shown = bar if isinstance(bar, progress.Progress) else outer
@@ -152,7 +153,7 @@ class LaunchSpec:
     hosts: Sequence[str] | None = None
     work: Work | None = None
     reports: bool = True
-    progress: ContextManager[Any] | None = None
+    progress: contextlib.AbstractContextManager[Any] | None = None
     check: bool = True
 
 

@@ -14,8 +14,17 @@ from pathlib import Path
 
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.launch.hostnames import is_loopback
-from mlpstorage_py.launch.launchers import (MPICH, OPENMPI, SLURM, SRUN_MPI, Launcher, default_libmpi_prefix,
-                                           detect, launcher_libmpi, rank_mpi)
+from mlpstorage_py.launch.launchers import (
+    MPICH,
+    OPENMPI,
+    SLURM,
+    SRUN_MPI,
+    Launcher,
+    default_libmpi_prefix,
+    detect,
+    launcher_libmpi,
+    rank_mpi,
+)
 from mlpstorage_py.launch.options import LaunchOptions
 
 DEFAULT_HOSTS = ["127.0.0.1"]
@@ -92,7 +101,7 @@ def in_slurm_allocation(env: Mapping[str, str] | None = None) -> bool:
     return bool(env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID"))
 
 
-def resolve_launcher(opts: "MpiOptions", env: dict[str, str] | None = None) -> Launcher:
+def resolve_launcher(opts: MpiOptions, env: dict[str, str] | None = None) -> Launcher:
     """The launcher a command will use: --mpi-bin as given; without it, `srun` inside a Slurm
     allocation (SLURM_JOB_ID set) and `mpirun` elsewhere. Its kind comes from its --version."""
     name = opts.mpi_bin

@@ -25,8 +25,8 @@ from mlpstorage_py.errors import BenchmarkFailed, Stalled, StartupExpired, Timeo
 from mlpstorage_py.launch.heartbeat import Startup
 from mlpstorage_py.launch.rank_guard import PR_SET_PDEATHSIG
 from mlpstorage_py.launch.session_dirs import remove_stale
-from mlpstorage_py.results.redact import redact_bytes, secret_values
 from mlpstorage_py.results.logs import log
+from mlpstorage_py.results.redact import redact_bytes, secret_values
 
 PROGRESS_EVERY_S = 15.0
 STARTUP_POLL_S = 0.25  # how soon the work's clock starts after the last rank reported

@@ -18,8 +18,8 @@ import signal
 import socket
 import sys
 
-from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.launch.heartbeat import mark_work, started_line
+from mlpstorage_py.telemetry import rank_progress
 
 PR_SET_PDEATHSIG = 1
 LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None

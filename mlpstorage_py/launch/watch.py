@@ -20,9 +20,10 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from mlpstorage_py.telemetry.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
 

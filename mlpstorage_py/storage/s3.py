@@ -14,9 +14,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from mlpstorage_py.errors import ConfigurationError, TimeoutExpired, UsageError
@@ -47,7 +48,7 @@ class ObjectUri:
     def __str__(self) -> str:
         return f"{SCHEME}{self.bucket}/{self.prefix}" if self.prefix else f"{SCHEME}{self.bucket}"
 
-    def child(self, *names: str) -> "ObjectUri":
+    def child(self, *names: str) -> ObjectUri:
         return ObjectUri(self.bucket, "/".join(p for p in (self.prefix, *names) if p))
 
     @property

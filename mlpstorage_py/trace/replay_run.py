@@ -20,20 +20,21 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed, NotFoundError, UsageError, missing_directory
 from mlpstorage_py.launch import process
+from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.job import Launcher, LaunchSpec, Work
 from mlpstorage_py.launch.options import LaunchOptions
-from mlpstorage_py.launch.hostnames import host_name, is_local
 from mlpstorage_py.launch.preflight import check_hosts, remote_shell
 from mlpstorage_py.results import io_trace
 from mlpstorage_py.results.io import write_failed
-from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.leaf import DATETIME_FORMAT
+from mlpstorage_py.results.logs import log
 from mlpstorage_py.trace import page_cache
 from mlpstorage_py.trace import replay as distiller
 

@@ -21,9 +21,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, TimeoutExpired
 from mlpstorage_py.results.io import iso_from_epoch
@@ -49,7 +50,7 @@ class Timeouts:
     compaction_stall: float = 900
 
     @classmethod
-    def from_config(cls, table: dict[str, Any]) -> "Timeouts":
+    def from_config(cls, table: dict[str, Any]) -> Timeouts:
         return cls(**{k: float(v) for k, v in table.items() if k in cls.__dataclass_fields__})
 
 

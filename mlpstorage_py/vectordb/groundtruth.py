@@ -9,7 +9,8 @@ the collection holds; anything below 1.0, or an id met twice, fails the run.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 

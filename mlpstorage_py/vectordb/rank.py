@@ -30,8 +30,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.telemetry import rank_progress
 from mlpstorage_py.results import libraries
+from mlpstorage_py.telemetry import rank_progress
 
 RANK_FILE = "vectordb_rank_{rank}.json"
 WORKER_CSV = "vectordb_worker_{rank}.csv"
