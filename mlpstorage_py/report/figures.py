@@ -12,9 +12,12 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from mlpstorage_py.results.summary import Figures, dlio_engine_note, mean_of as _mean_of, metric as _metric
+from mlpstorage_py.results.summary import Figures, dlio_engine_note
+from mlpstorage_py.results.summary import mean_of as _mean_of
+from mlpstorage_py.results.summary import metric as _metric
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.rules.tables import checker
+
 
 def _count(leaf: Leaf, key: str) -> int:
     meta = leaf.metadata or {}

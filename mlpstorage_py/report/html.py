@@ -15,13 +15,14 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.checker.registry import INVALID, WARNING, Finding
 from mlpstorage_py.errors import NotFoundError, UsageError
 from mlpstorage_py.progress import Progress
 from mlpstorage_py.report import plots, telemetry_figures, trace_figures
-from mlpstorage_py.report.markup import chart as _chart, pairs as _pairs
+from mlpstorage_py.report.markup import chart as _chart
+from mlpstorage_py.report.markup import pairs as _pairs
 from mlpstorage_py.results.io import atomic_write_text
+from mlpstorage_py.results.tree.package import Leaf, Package
 
 NO_PICTURES = '<p class="note">no pictures</p>'
 CSP = "default-src 'none'; style-src 'unsafe-inline'"

@@ -9,11 +9,11 @@ from typing import Any
 import yaml
 
 from mlpstorage_py import LAYOUT_VERSION, RULES_EDITION, __version__
-from mlpstorage_py.results.tree import files
-from mlpstorage_py.results.tree.package import Leaf, Package
-from mlpstorage_py.results.provenance import section
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.io import utc_now
+from mlpstorage_py.results.provenance import section
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Leaf, Package
 
 SCHEMA = "mlps-submission-manifest/1"
 FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

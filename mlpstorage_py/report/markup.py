@@ -5,8 +5,9 @@ Every string is escaped here, so a section cannot forget to."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from html import escape
-from typing import Any, Iterable
+from typing import Any
 
 from mlpstorage_py.report import plots
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.errors import NotAvailable
 from mlpstorage_py.report import figures, vdb_plots
+from mlpstorage_py.results.tree.package import Leaf
 
 Value = float | None
 CHECKPOINT_KEY = re.compile(r"^(save|load)_ckpt(\d+)$")

@@ -6,20 +6,21 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from mlpstorage_py.results.tree import files, shares
-from mlpstorage_py.results.tree.package import Leaf, Package, System
 from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.report import figures, kv_rows, leaf_cells, manifest, table
+from mlpstorage_py.results.io import atomic_write_text
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.provenance import leaf_class, section
 from mlpstorage_py.results.summary import training
-from mlpstorage_py.results.io import atomic_write_text
-from mlpstorage_py.rules.tables import editions
+from mlpstorage_py.results.tree import files, shares
+from mlpstorage_py.results.tree.package import Leaf, Package, System
 from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, state
+from mlpstorage_py.rules.tables import editions
 
 PUBLIC_IDS = "public_ids.json"
 

@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mlpstorage_py.report import sut_cells
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf
-from mlpstorage_py.report import sut_cells
 
 SUT = ["Public ID", "Organization", "Division", "Benchmark Type", "Model", "Rules Edition", "Comparability Class",
        "Name", "Description", "Type", "Access Protocol", "Availability", "RU's",

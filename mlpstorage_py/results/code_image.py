@@ -10,8 +10,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from mlpstorage_py import __version__
 from mlpstorage_py.errors import ConfigurationError, PermissionDenied

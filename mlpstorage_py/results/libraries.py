@@ -20,9 +20,10 @@ import os
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 # Module -> the distribution that provides it.
 LIBRARIES = {"dlio_benchmark": "dlio-benchmark", "s3dlio": "s3dlio", "torch": "torch", "numpy": "numpy",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 MASK = "***REDACTED***"
 MIN_SECRET_LENGTH = 4  # shorter values would mask ordinary text and protect nothing

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlpstorage_py.results.tree import files
-from mlpstorage_py.results.tree.package import Leaf, Package
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
+from mlpstorage_py.results.tree import files
+from mlpstorage_py.results.tree.package import Leaf, Package
+
 
 def leaf_id(pkg: Package, leaf: Leaf) -> str:
     """A leaf's ID is its path relative to the tree root (unique, and what validate prints)."""

@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.results.tree.package import TIMESTAMP, TRASH_DIR, Leaf, Package
 from mlpstorage_py.errors import UsageError
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.leaf import DATETIME_FORMAT, create_leaf
 from mlpstorage_py.results.links import private_path
+from mlpstorage_py.results.tree.package import TIMESTAMP, TRASH_DIR, Leaf, Package
 from mlpstorage_py.results.tree.run_state import EXTRA, standings
 from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.submission.leaves import find_leaves, human, image_of, leaf_id, size_of

@@ -18,8 +18,9 @@ checker reports them: run `mlpstorage reports reportgen` (submit does) to refres
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from mlpstorage_py import checker
 from mlpstorage_py.checker.registry import INVALID, RESULT, RULES, WARNING, Finding, Rule
@@ -27,8 +28,8 @@ from mlpstorage_py.errors import ConfigurationError
 from mlpstorage_py.results.kv import partial_failure
 from mlpstorage_py.results.tree import package as tree
 from mlpstorage_py.results.tree.package import Package
-from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.results.tree.run_state import Standing, standing_of
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.submission.leaves import leaf_id, path_id, placeholders
 
 SHORT, INVALID_VERDICT, PAPERWORK, READY = "short", "invalid", "paperwork", "ready"

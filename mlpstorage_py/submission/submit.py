@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mlpstorage_py import RULES_EDITION, __version__, checker
-from mlpstorage_py.results.tree.untrusted import shown
-from mlpstorage_py.results.tree.package import PRIVATE_DIR, Package
 from mlpstorage_py.checker.registry import INVALID
 from mlpstorage_py.errors import ConfigurationError, MlpsError, UsageError
 from mlpstorage_py.results.io import utc_now
 from mlpstorage_py.results.links import private_path
 from mlpstorage_py.results.sentinel import resolve_orgs, tree_orgs
+from mlpstorage_py.results.tree.package import PRIVATE_DIR, Package
 from mlpstorage_py.results.tree.run_state import FAILED, INCOMPLETE, standings
+from mlpstorage_py.results.tree.untrusted import shown
 from mlpstorage_py.submission.leaves import human, image_of, leaf_id, placeholders
 
 MTIME = 315532800  # 1980-01-01T00:00:00Z for every entry: the bytes depend on the contents only

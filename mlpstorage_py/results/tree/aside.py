@@ -12,8 +12,9 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 H = TypeVar("H")

@@ -17,8 +17,9 @@ refused before yaml.load sees it, since yaml.load expands every alias (a 2 KB ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from sys import intern
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 

@@ -4,7 +4,8 @@ read by one thread, and its some ten kept properties were each read first once p
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -21,7 +22,7 @@ class once(Generic[T]):  # named as the decorator it stands in for
         self.name = name
 
     @overload
-    def __get__(self, obj: None, owner: type | None = None) -> "once[T]": ...
+    def __get__(self, obj: None, owner: type | None = None) -> once[T]: ...
 
     @overload
     def __get__(self, obj: object, owner: type | None = None) -> T: ...

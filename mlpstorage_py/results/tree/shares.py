@@ -12,8 +12,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from mlpstorage_py.results.tree.aside import settle
 from mlpstorage_py.results.tree.package import Package, System, uncollected
