@@ -8,18 +8,18 @@ checks.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
+from mlpstorage_py.checker.judging import package_of
+from mlpstorage_py.checker.registry import INFO, INVALID, LEAF, PACKAGE, RESULT, SYSTEM, Finding, Rule, rule
+from mlpstorage_py.results import code_image, libraries
+from mlpstorage_py.results.provenance import leaf_class, section
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import TIMESTAMP, Leaf, Package, Result, System
-from mlpstorage_py.checker.judging import package_of
-from mlpstorage_py.checker.registry import INVALID, INFO, LEAF, PACKAGE, RESULT, SYSTEM, Finding, Rule, rule
-from mlpstorage_py.results import libraries
-from mlpstorage_py.results import code_image
-from mlpstorage_py.results.provenance import leaf_class, section
-from mlpstorage_py.rules.configs import source_root
 from mlpstorage_py.rules import tables
+from mlpstorage_py.rules.configs import source_root
 
 
 @rule("2.1.2", "topLevelSubdirectories").check(PACKAGE)

@@ -12,12 +12,13 @@ import functools
 import gc
 import os
 import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fnmatch import translate
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from mlpstorage_py.results import code_image
 from mlpstorage_py.results.schema import JsonObject, Schema, of_record
@@ -143,7 +144,7 @@ class Leaf:
     system: str
     benchmark: str
     parts: tuple[str, ...]  # the directory names between the benchmark directory and the leaf
-    package: "Package | None" = field(default=None, repr=False)
+    package: Package | None = field(default=None, repr=False)
     # From the layout table, once: every check the runner offers a leaf asks for them.
     model: str = field(init=False)
     command: str = field(init=False)
@@ -352,7 +353,7 @@ class Phase:
     order. Its path is the phase's directory (the result's own for a benchmark whose leaves sit
     directly in it)."""
     path: Path
-    result: "Result"
+    result: Result
     command: str
     leaves: list[Leaf]
 
@@ -365,7 +366,7 @@ class Phase:
         return self.result.model
 
     @property
-    def system(self) -> "System":
+    def system(self) -> System:
         return self.result.system
 
 
@@ -373,7 +374,7 @@ class Phase:
 class Result:
     """A workload directory (Rules 1.3's result): one model's phases on one system."""
     path: Path
-    system: "System"
+    system: System
     benchmark: str
     model: str
     leaves: list[Leaf] = field(default_factory=list)
@@ -405,7 +406,7 @@ class System:
     division: str
     org: str
     name: str
-    package: "Package"
+    package: Package
     leaves: list[Leaf] = field(default_factory=list)
 
     @once
@@ -465,7 +466,7 @@ class Package:
 
     @classmethod
     @uncollected()
-    def load(cls, root: Path, submitters: set[str] | None = None, manifests: bool = False) -> "Package":
+    def load(cls, root: Path, submitters: set[str] | None = None, manifests: bool = False) -> Package:
         """The package's leaves and organizations; a new Package is a new reading of the files.
         With `manifests` (validate asks for them before any leaf is checked), large submission.yaml
         files are parsed in a forked process while the systems are listed; their heads are taken
