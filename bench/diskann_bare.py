@@ -2,7 +2,7 @@
 against. It opens the index as a query rank does (diskannpy and numpy 1.25 from the engine's
 prefix, two search contexts, no node cache, one search thread), runs one untimed query, then
 times `index.search` over the same query set, search list and beam width, and prints its
-queries/s as JSON.
+queries/s as a line `BARE <json>` (DiskANN prints lines of its own).
 
     .venv/bin/python bench/diskann_bare.py INDEX_DIR SEED DISTRIBUTION DIM QUERY_VECTORS QUERIES SEARCH_LIST BEAM
 """
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     for i in range(int(total)):
         index.search(queries[i % int(count)], 10, int(search_list), int(beam))
     seconds = time.perf_counter() - t0
-    print(f'{{"qps": {int(total) / seconds}, "seconds": {seconds}}}')
+    print(f'BARE {{"qps": {int(total) / seconds}, "seconds": {seconds}}}', flush=True)
     return 0
 
 

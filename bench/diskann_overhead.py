@@ -60,7 +60,8 @@ def bare(index_dir: Path, load: dict, opts: argparse.Namespace) -> float:
     argv = [sys.executable, str(BENCH / "diskann_bare.py"), str(index_dir), str(load["seed"]), load["distribution"],
             str(opts.dimension), str(opts.query_vectors), str(opts.queries), str(opts.search_list), str(opts.beam_width)]
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])["qps"]
+    # DiskANN prints its own lines on stdout too
+    return json.loads(next(line for line in done.stdout.splitlines() if line.startswith("BARE "))[5:])["qps"]
 
 
 def stats(values: list[float]) -> str:
@@ -85,6 +86,15 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     results = work / "results"
     env = os.environ | {"XDG_CONFIG_HOME": str(work / "xdg"), "MLPSTORAGE_SYSTEMNAME": "bench"}
+    try:
+        return rounds(opts, work, results, env)
+    finally:
+        if not opts.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def rounds(opts: argparse.Namespace, work: Path, results: Path, env: dict[str, str]) -> int:
+    """The index, once; then the interleaved rounds and the figures."""
     subprocess.run([str(BIN / "mlpstorage"), "init", "Org", str(results)], check=True, env=env, stdout=subprocess.DEVNULL)
     own = os.geteuid() == 0
     with (own_disk(work, 1) if own else contextlib.nullcontext(work)) as disk:
@@ -133,8 +143,6 @@ def main() -> int:
     print("BENCH " + json.dumps({"qps_ours": statistics.median(ours), "qps_bare": statistics.median(direct),
                                  "ratio": statistics.median(ratios), "rounds": ratios, "withheld": withheld,
                                  "device_bytes_ratio": statistics.median(bytes_ratio) if bytes_ratio else None}))
-    if not opts.dir:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

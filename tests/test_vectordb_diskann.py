@@ -202,6 +202,27 @@ def test_a_copy_per_host_is_searched(built, tmp_path):
     assert s["search_list"] == 64 and s["recall"] > 0.7
 
 
+@pytest.mark.heavy
+def test_query_clients_over_two_hosts(built, sim_hosts):
+    """One rank on each of two simulated hosts over the one index (a shared filesystem), then a
+    copy per host: the hosts share this machine's kernel, so the device is counted once."""
+    h1, h2 = sim_hosts.names[:2]
+    saved = dict(built.env)
+    built.env.update(sim_hosts.env())
+    try:
+        s = built.run("--hosts", h1, h2, "--search-ef", "64")
+        assert sorted(s["query_clients"]["hosts"]) == sorted([h1, h2]) and s["total_queries"] == 400
+        assert s["recall"] > 0.7 and s["index_placement"] == "shared"
+        if built.own_device:
+            (device,) = s["disk_io"]["devices"]
+            assert sorted(device["hosts"]) == sorted([h1, h2]) and s["device_reads_per_query"] > 0
+        s = built.run("--hosts", h1, h2, "--index-copy-dir", str(built.store.parent / "host-copies"))
+        assert s["index_placement"] == "per-host copy" and len(s["index_copies"]) == 2
+    finally:
+        built.env.clear()
+        built.env.update(saved)
+
+
 def test_too_many_clients_for_the_memory_are_refused_at_plan_time(built):
     res = built.mlps("run", "--queries", "10", "-np", "100000", check=False)
     assert res.returncode == 9 and "is available" in res.stderr and "query client(s) on this host" in res.stderr
@@ -255,3 +276,13 @@ def test_validate_and_reports_know_the_engine(built, tmp_path):
     assert "Recall against queries per second" in page and "Query latency against the search list" in page
     if built.own_device:
         assert "Device reads per query" in page
+    # a diskann leaf that claims Milvus is INVALID under 5.6.5
+    copy = tmp_path / "copy"
+    shutil.copytree(built.results, copy, symlinks=True)
+    leaf = copy / built.leaves("run")[-1].relative_to(built.results)
+    record = summary(leaf)
+    record["engine"] = "pymilvus 3.0.2 / Milvus Lite 3.2.2"
+    (leaf / "summary.json").write_text(json.dumps(record), encoding="utf-8")
+    _, findings = checker.validate(copy)
+    claims = [f for f in findings if f.rule == "5.6.5" and f.severity == "INVALID"]
+    assert len(claims) == 1 and "never Milvus" in claims[0].message

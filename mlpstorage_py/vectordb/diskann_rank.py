@@ -42,24 +42,44 @@ from mlpstorage_py.telemetry import rank_progress
 _PARENT = os.getppid()
 
 
+def _same_index(directory: Path, wanted: str) -> bool:
+    """Whether a whole copy of the wanted index is at directory (a copy being put in place is not)."""
+    try:
+        return directory.is_dir() and diskann_engine.fingerprint(directory) == wanted
+    except OSError:
+        return False
+
+
 def copy_index(source: Path, target: Path) -> dict[str, Any]:
-    """The index files (not the vectors) into target, each fsynced and renamed into place, unless an
-    identical copy is there."""
+    """The index files (not the vectors) into target, unless a whole identical copy is there: each
+    file fsynced in a staging directory beside it, which is then renamed into place, so no rank
+    ever opens half a copy, even where several hosts share the target (hosts simulated on one
+    machine); a different index there is replaced."""
     started = time.perf_counter()
-    target.mkdir(parents=True, exist_ok=True)
     wanted = diskann_engine.fingerprint(source)
-    if (target / diskann_engine.DISK_INDEX).is_file() and diskann_engine.fingerprint(target) == wanted:
+    if _same_index(target, wanted):
         return {"copied": False, "reason": "an identical copy was there", "seconds": time.perf_counter() - started}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.{socket.gethostname()}.{os.getpid()}"
+    staging.mkdir()
     copied = 0
     for path in sorted(source.iterdir()):
         if path.is_file() and path.name.startswith(diskann_engine.PREFIX):
-            partial = target / f".{path.name}.{socket.gethostname()}.{os.getpid()}"
-            with open(path, "rb") as src, open(partial, "wb") as dst:
+            with open(path, "rb") as src, open(staging / path.name, "wb") as dst:
                 shutil.copyfileobj(src, dst, 2**22)
                 dst.flush()
                 os.fsync(dst.fileno())
-            os.replace(partial, target / path.name)  # whole files only, even where hosts share the target
             copied += path.stat().st_size
+    if target.exists() and not _same_index(target, wanted):
+        shutil.rmtree(target)  # another index, or what a killed copy left
+    try:
+        os.rename(staging, target)
+    except OSError:  # another host's copy got there first
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _same_index(target, wanted):
+            raise
+        return {"copied": False, "reason": "another host put an identical copy there first",
+                "seconds": time.perf_counter() - started}
     return {"copied": True, "bytes": copied, "seconds": time.perf_counter() - started}
 
 
