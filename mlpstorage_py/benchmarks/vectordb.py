@@ -80,6 +80,15 @@ class VectorDBBenchmark(Benchmark):
     options_type = VectorDBOptions
     request: Request[VectorDBOptions]
     engine = "pymilvus / Milvus"
+    ENGINES: tuple[str, ...] = ("milvus",)  # the database.database values this class runs
+
+    def __new__(cls, request: Request[VectorDBOptions]) -> VectorDBBenchmark:
+        """--vdb-engine diskann is the embedded DiskANN engine's class (benchmarks/vectordb_diskann.py)."""
+        if cls is VectorDBBenchmark and request.options.vdb_engine == "diskann":
+            from mlpstorage_py.benchmarks.vectordb_diskann import DiskANNBenchmark
+
+            cls = DiskANNBenchmark
+        return super().__new__(cls)
 
     def __init__(self, request) -> None:
         super().__init__(request)
@@ -192,8 +201,9 @@ class VectorDBBenchmark(Benchmark):
             raise UsageError(f"index.index_type {p['index'].get('index_type')} differs from the <INDEX> positional {req.model}")
         p["index"]["index_type"] = index_type
         fam = families.family(index_type)
-        if p["database"].get("database") != "milvus":
-            raise NotAvailable(f"database.database={p['database'].get('database')}: only milvus is in this build")
+        if p["database"].get("database") not in self.ENGINES:
+            raise NotAvailable(f"database.database={p['database'].get('database')}: this engine runs "
+                               f"{', '.join(self.ENGINES)} (--vdb-engine)")
         ds = p["dataset"]
         n = _int(ds, "num_vectors", "dataset")
         dim = _int(ds, "dimension", "dataset", 2)
