@@ -59,7 +59,7 @@ class Plan:
     num_processes: int = 1
     accelerator: str | None = None
     override_parameters: dict[str, str] = field(default_factory=dict)
-    engine_parameters: dict[str, Any] | None = None
+    engine_parameters: dict[str, Any] = field(default_factory=dict)  # what the engine is given: each plan() fills it
     commands: list[list[str]] = field(default_factory=list)
     data_dir: Path | None = None
     verification: str = "CLOSED"

@@ -67,7 +67,6 @@ def plan_phases(options: CheckpointingOptions, launch: LaunchOptions, model: str
     plan.commands = commands
     plan.dlio_engine = (runner.stamp, runner.stamp_tag)
     plan.engine_identity = runner.identity()
-    assert plan.engine_parameters is not None
     plan.engine_parameters.update(engine=runner.name, dlio=runner.record(), workloads=workloads, not_passed=dropped,
                                   phases=list(workloads))
     plan.report.append(f"  engine {runner.name} ({runner.python}): " + ", then a page-cache drop, then ".join(
@@ -76,7 +75,7 @@ def plan_phases(options: CheckpointingOptions, launch: LaunchOptions, model: str
 
 def execute(bench: Any, plan: Plan, leaf: Path) -> None:
     """Each phase as its own DLIO job; a page-cache drop on every client host before the read."""
-    params = plan.engine_parameters or {}
+    params = plan.engine_parameters
     ckpt = plan.parameters["checkpoint"]
     drops: list[dict[str, Any]] = []
     with bench.launcher(leaf) as launcher:
@@ -162,7 +161,7 @@ def merge(leaf: Path, phases: list[str], ranks: int, drops: list[dict[str, Any]]
 
 def workload_record(plan: Plan) -> dict[str, Any]:
     """What dlio_config/config.yaml records: the workload as DLIO read it over both invocations."""
-    params = plan.engine_parameters or {}
+    params = plan.engine_parameters
     config = dict(next(iter(params["workloads"].values())))
     ckpt = plan.parameters["checkpoint"]
     config["checkpoint"] = {**config["checkpoint"], "num_checkpoints_write": ckpt["num_checkpoints_write"],

@@ -66,8 +66,6 @@ def plan(req: Request, plan: Plan, *, native_fork: bool = False,
     # The tool's own requests (listings, the datagen manifest) and the ranks' metadata requests
     # read AWS_ENDPOINT_URL: without one, the first listed endpoint, never AWS itself.
     os.environ.setdefault("AWS_ENDPOINT_URL", found.urls[0])
-    if plan.engine_parameters is None:
-        plan.engine_parameters = {}
     plan.engine_parameters[KEY] = found.record()
     return found
 
@@ -112,7 +110,7 @@ def watched(found: Endpoints | None, plan: Plan) -> Iterator[None]:
     if found is None:
         yield
         return
-    record = (plan.engine_parameters or {}).setdefault(KEY, found.record())
+    record = plan.engine_parameters.setdefault(KEY, found.record())
     try:
         yield
     except (BenchmarkFailed, TimeoutExpired) as exc:

@@ -267,7 +267,7 @@ class TrainingBenchmark(Benchmark):
     # -- gates --------------------------------------------------------------------------
     def preflight(self, plan: Plan) -> None:
         req = self.request
-        if req.command == "datasize" or self.results_dir is None or self.dataset.storage == "object":
+        if req.command == "datasize" or self.results_dir is None or not isinstance(self.dataset, datasets.FileDataset):
             return  # an object dataset is gated once the leaf exists, after the endpoint answered
         folder = self.dataset.folder
         if not folder.parent.is_dir():

@@ -115,7 +115,6 @@ class QueryRun:
         try:
             db.open()
             bench.engine = db.engine_label()
-            assert plan.engine_parameters is not None, "the plan states its engine (VectorDBBenchmark.plan)"
             plan.engine_parameters.update(engine=bench.engine, database=db.record())
             info, metric = self._gate_collection(db, ds, index, index_type)
             db.load()
