@@ -34,9 +34,9 @@ VECTORS = "vectors.bin"
 BUILD_RECORD = "build.json"
 SECTOR = 4096
 O_DIRECT = 0o40000  # x86-64 and arm64 value of the open(2) flag, as /proc/<pid>/fdinfo shows it
-# DiskANN's own per-search-thread scratch (sector buffers of 128 reads, PQ tables, coordinates),
-# and the interpreter with numpy and diskannpy loaded: measured RSS of a rank less its index
-# parts was 60-90 MiB here; the plan counts this much per query client.
+# A query rank beside its index parts: the interpreter, mpi4py, numpy and diskannpy, and DiskANN's
+# per-context scratch (sector buffers, PQ tables). Measured here (summary.json memory.rss_bytes_max):
+# 65-66 MiB of resident memory with 0.07-0.7 MiB of index parts; the plan counts 128 MiB a client.
 PROCESS_BYTES = 128 * 2**20
 # DiskANN keeps 0.25 GiB of a search budget above 1 GiB for its node cache (disk_utils
 # get_memory_budget); the PQ budget we pass is raised by that much so the codes get what we ask.
