@@ -93,8 +93,9 @@ class Benchmark(abc.ABC):
 
     benchmark_type: ClassVar[str]  # its results-tree name, as its row of benchmarks/table.py says
     options_type: ClassVar[type[BenchmarkOptions]]  # what its Request's options are (benchmarks/options.py)
-    # What runs the workload when it is not DLIO (recorded in provenance.json's dlio block).
-    engine: ClassVar[str | None] = None
+    # What runs the workload when it is not DLIO (recorded in provenance.json's dlio block); a
+    # benchmark may name it per instance once it knows the version (vectordb's Milvus).
+    engine: str | None = None
 
     def __init__(self, request: Request[Any]) -> None:
         self.request = request

@@ -18,15 +18,15 @@ import yaml
 
 from mlpstorage_py import progress
 from mlpstorage_py.benchmarks import vectordb_run
-from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
 from mlpstorage_py.benchmarks.options import VectorDBOptions
 from mlpstorage_py.errors import BenchmarkFailed, ConfigurationError, GateRefused, NotAvailable, UsageError
 from mlpstorage_py.launch.mpi import MpiOptions
 from mlpstorage_py.results.io import iso_from_epoch, read_json
-from mlpstorage_py.results.vdb import VdbSummary
 from mlpstorage_py.results.logs import log
 from mlpstorage_py.results.tree import layout
+from mlpstorage_py.results.vdb import VdbSummary
+from mlpstorage_py.rules import configs as workloads
 from mlpstorage_py.rules import predicates
 from mlpstorage_py.rules.tables import checker
 from mlpstorage_py.rules.tables import workloads as rules_workloads
