@@ -32,7 +32,7 @@ import yaml
 from mlpstorage_py import __version__, progress
 from mlpstorage_py.benchmarks import kvcache_hosts
 from mlpstorage_py.benchmarks.base import Benchmark, Plan, Request
-from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, rank_file, read_trial  # noqa: F401
+from mlpstorage_py.benchmarks.kvcache_aggregate import _rank_index, aggregate_option, read_trial
 from mlpstorage_py.benchmarks.options import KVCacheOptions
 from mlpstorage_py.errors import (
     BenchmarkFailed,
