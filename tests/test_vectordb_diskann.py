@@ -148,6 +148,24 @@ def test_closed_and_aisaq_are_refused_with_their_reasons(cli, results, tmp_path)
     assert all_leaves(results) == []
 
 
+def test_an_index_on_tmpfs_has_no_device_to_count(cli, results, shm):
+    """tmpfs has no block device (and, on kernels before 6.6, no O_DIRECT, refused before any
+    work): a run there reports no device reads, saying why, rather than a zero."""
+    small = ("--num-vectors", "2000", "--dimension", "16", "--vdb-engine", "diskann", "--storage-root", shm,
+             "-rd", results, "-sn", "sys1")
+    res = cli("open", "vectordb", "DISKANN", "datagen", *small, "--max-degree", "16", "--search-list-size", "32")
+    if res.rc == 5:
+        assert "does not take O_DIRECT" in res.err and all_leaves(results) == []
+        return
+    assert res.rc == 0, res.err
+    res = cli("open", "vectordb", "DISKANN", "run", *small, "--queries", "50", "--search-ef", "32")
+    assert res.rc == 0, res.err
+    run = next(leaf for leaf in all_leaves(results) if leaf.parent.name == "run")
+    s = summary(run)
+    assert s["device_reads_per_query"] is None and s["device_read_bytes_per_query"] is None
+    assert "no block device" in s["disk_io"]["missing"][0] and "device reads per query not counted" in res.out
+
+
 def test_a_missing_index_is_one_line_with_exit_3(cli, results, tmp_path):
     res = cli("open", "vectordb", "DISKANN", "run", *SCALE, "--vdb-engine", "diskann", "--storage-root", tmp_path,
               "--queries", "10", "-rd", results, "-sn", "sys1")
