@@ -6,7 +6,7 @@ import argparse
 import functools
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from mlpstorage_py.errors import UsageError
 
@@ -23,13 +23,13 @@ HOST_PATTERN = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,4}
 # argparse passes its group titles through gettext for every parser it makes, and each call
 # searches the locale directories on disk again: ~40 % of building the tree at each start-up.
 # The messages do not change while the process runs, so one lookup per message is enough.
-argparse._ = functools.cache(argparse._)  # type: ignore[attr-defined]
+argparse._ = functools.cache(argparse._)  # type: ignore[attr-defined]  # argparse's own gettext alias, not in its stubs
 
 
 class Parser(argparse.ArgumentParser):
     """argparse with a single-line error that main() turns into exit code 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
