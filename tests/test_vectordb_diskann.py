@@ -148,6 +148,7 @@ def test_closed_and_aisaq_are_refused_with_their_reasons(cli, results, tmp_path)
     assert all_leaves(results) == []
 
 
+@pytest.mark.heavy
 def test_an_index_on_tmpfs_has_no_device_to_count(cli, results, shm):
     """tmpfs has no block device (and, on kernels before 6.6, no O_DIRECT, refused before any
     work): a run there reports no device reads, saying why, rather than a zero."""
@@ -175,6 +176,7 @@ def test_a_missing_index_is_one_line_with_exit_3(cli, results, tmp_path):
 
 
 # -- the built index -------------------------------------------------------------------------
+@pytest.mark.heavy
 def test_datagen_builds_the_index_on_the_storage_root(built):
     (leaf,) = built.leaves("datagen")
     s = summary(leaf)
@@ -191,11 +193,13 @@ def test_datagen_builds_the_index_on_the_storage_root(built):
     assert "diskannpy" in json.dumps(provenance) and "Milvus Lite" not in json.dumps(provenance)
 
 
+@pytest.mark.heavy
 def test_a_second_datagen_needs_force(built):
     again = built.mlps("datagen", *BUILD, check=False)
     assert again.returncode == 9 and "already exists" in again.stderr and "--force" in again.stderr, again.stderr[-2000:]
 
 
+@pytest.mark.heavy
 def test_run_recall_latency_and_device_reads(built):
     s = built.run("-np", "2")
     assert s["recall_at_10"] == s["recall"] >= 0.9, s["recall"]
@@ -213,6 +217,7 @@ def test_run_recall_latency_and_device_reads(built):
     assert s["device_reads_per_query"] < 2 * s["expected_reads"]["reads_per_query"]
 
 
+@pytest.mark.heavy
 def test_a_copy_per_host_is_searched(built, tmp_path):
     s = built.run("--index-copy-dir", str(built.store.parent / "copies"), "--search-ef", "64")
     assert s["index_placement"] == "per-host copy" and s["index_copies"][0]["copied"] is True
@@ -241,11 +246,13 @@ def test_query_clients_over_two_hosts(built, sim_hosts):
         built.env.update(saved)
 
 
+@pytest.mark.heavy
 def test_too_many_clients_for_the_memory_are_refused_at_plan_time(built):
     res = built.mlps("run", "--queries", "10", "-np", "100000", check=False)
     assert res.returncode == 9 and "is available" in res.stderr and "query client(s) on this host" in res.stderr
 
 
+@pytest.mark.heavy
 def test_a_killed_query_rank_fails_the_run_in_one_line(built):
     argv = [str(MLPSTORAGE), "open", "vectordb", "DISKANN", "run", *SCALE, "--vdb-engine", "diskann", "--runtime", "120",
             "-np", "2", "--storage-root", str(built.store), "-rd", str(built.results), "-sn", "sys1"]
@@ -275,6 +282,7 @@ def test_a_killed_query_rank_fails_the_run_in_one_line(built):
     assert not alive(pids_matching(RANK))
 
 
+@pytest.mark.heavy
 def test_validate_and_reports_know_the_engine(built, tmp_path):
     from mlpstorage_py import checker
     from mlpstorage_py.main import main
