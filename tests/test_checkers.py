@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+LINTED = ("mlpstorage_py", "kv_cache_benchmark", "bench")
 
 
 def _tool(name: str) -> Path:
@@ -33,9 +34,10 @@ def test_mypy_finds_no_type_errors():
 
 
 def test_ruff_finds_nothing():
-    """`ruff check` over mlpstorage_py (pyproject.toml's [tool.ruff]) reports no finding."""
-    done = subprocess.run([str(_tool("ruff")), "check", "--no-fix", "--output-format", "concise", "mlpstorage_py"],
+    """`ruff check` over the package, the KV cache benchmark and the benches (pyproject.toml's
+    [tool.ruff]) reports no finding."""
+    done = subprocess.run([str(_tool("ruff")), "check", "--no-fix", "--output-format", "concise", *LINTED],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-    findings = [line for line in done.stdout.splitlines() if line.startswith("mlpstorage_py")]
+    findings = [line for line in done.stdout.splitlines() if line.startswith(LINTED)]
     assert not findings, f"{len(findings)} ruff findings:\n" + "\n".join(findings)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
