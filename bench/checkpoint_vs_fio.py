@@ -39,8 +39,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from mlpstorage_py.checkpoint.engine import FILE_BLOCK_SIZE
 from mlpstorage_py.checkpoint.shards import GIB, Layout, build_layout

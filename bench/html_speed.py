@@ -23,9 +23,9 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from validate_speed import build  # noqa: E402
+from validate_speed import build
 
-from mlpstorage_py.report import reportgen  # noqa: E402
+from mlpstorage_py.report import reportgen
 
 MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
 
@@ -40,7 +40,7 @@ def build_reported(root: Path, leaves: int) -> int:
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
     took = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.exit(f"{' '.join(argv[:3])} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")

@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 KV_DIR = REPO / "kv_cache_benchmark"
 sys.path.insert(0, str(KV_DIR))
 
-from kvcache_sim.models import load_models  # noqa: E402
+from kvcache_sim.models import load_models
 
 GIB = 1 << 30
 BLOCK = 512

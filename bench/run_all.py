@@ -22,9 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 BENCH = Path(__file__).resolve().parent
 # ratios: the floor a figure must reach; seconds: the ceiling it must stay under.
@@ -111,7 +111,7 @@ def training_rows(out: str, _: Path) -> list[Row]:
     runs = re.findall(r"mlpstorage run ([0-9.]+) s, DLIO child ([0-9.]+) s, overhead ([0-9.-]+) s", out)
     if not runs:
         raise ValueError("no run line in the bench output")
-    walls, childs, overheads = zip(*((float(a), float(b), float(c)) for a, b, c in runs))
+    walls, childs, overheads = zip(*((float(a), float(b), float(c)) for a, b, c in runs), strict=True)
     middle = sorted(range(len(runs)), key=lambda i: overheads[i])[len(runs) // 2]
     return [Row("training_overhead", "wall - DLIO's own (tiny run)", walls[middle], childs[middle],
                 overheads[middle], AT_MOST, 1.0, "s")]

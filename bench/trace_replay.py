@@ -84,8 +84,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")

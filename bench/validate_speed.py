@@ -49,7 +49,7 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from synthetic import make_package  # noqa: E402
+from synthetic import make_package
 
 MLPSTORAGE = str(Path(sys.executable).parent / "mlpstorage")
 COMMANDS = ("validate", "status", "reportgen")

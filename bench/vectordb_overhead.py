@@ -60,7 +60,7 @@ def direct_worker(uri: str, collection: str, queries: np.ndarray, worker: int, w
     for g in range(worker, -(-total // batch), workers):
         rows = [(g * batch + i) % len(queries) for i in range(min(batch, total - g * batch))]
         res = client.search(collection, data=queries[rows], limit=k, search_params=params)
-        for q, found in zip(rows, res):
+        for q, found in zip(rows, res, strict=False):
             hits.setdefault(q, [h["id"] for h in found])
         done += len(rows)
     out.put((done, time.perf_counter() - t0, hits))

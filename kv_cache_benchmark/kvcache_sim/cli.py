@@ -195,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kv-cache.py: input valid (model {inputs.model.key}, {inputs.model.kv_bytes_per_token} KV bytes/token)")
         return 0
     from kvcache_sim import latency_trace, report
-    from kvcache_sim.engine import Engine, RunSettings
     from kvcache_sim.cache import MultiTierCache
+    from kvcache_sim.engine import Engine, RunSettings
     from kvcache_sim.payload import ChunkBuffers, KVData
     from kvcache_sim.storage import StorageTier
     from kvcache_sim.tiers import CpuTier, GpuTier, gpu_available, numpy_dtype

@@ -17,16 +17,16 @@ import queue
 import resource
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from kvcache_sim.models import ModelConfig
-from kvcache_sim.stats import Counters, Series
 from kvcache_sim.cache import PAST_DEADLINE, Lookup, MultiTierCache
+from kvcache_sim.models import ModelConfig
 from kvcache_sim.payload import KVData
-from kvcache_sim.workload import (Features, PrefixCatalog, RagCatalog, Request, TraceRow, make_users,
-                                  trace_schedule)
+from kvcache_sim.stats import Counters, Series
+from kvcache_sim.workload import Features, PrefixCatalog, RagCatalog, Request, TraceRow, make_users, trace_schedule
 
 log = logging.getLogger("kvcache_sim")
 MAX_FAILURE_NOTES = 20  # failed requests named in the result (all are counted)
@@ -291,7 +291,7 @@ class Engine:
                 self._fail(request, f"out of memory serving a {request.context_tokens}-token request "
                                     f"({request.context_tokens * self.s.model.kv_bytes_per_token / (1 << 20):.0f} MiB "
                                     f"of KV): {exc or 'MemoryError'}")
-            except Exception as exc:  # noqa: BLE001 - an I/O failure ends the run, reported in the output
+            except Exception as exc:  # an I/O failure ends the run, reported in the output
                 self._fail(request, f"{type(exc).__name__}: {exc}")
             finally:
                 with self._inflight_lock:

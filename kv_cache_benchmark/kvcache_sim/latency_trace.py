@@ -12,8 +12,8 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 HERE = Path(__file__).resolve().parents[1]
 

@@ -27,8 +27,8 @@ import mmap
 import os
 import random
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Union
 
 import numpy as np
 
@@ -164,7 +164,7 @@ class KVPayload:
         return out.view(self.dtype).reshape(self.shape)
 
 
-Content = Union[KVPayload, np.ndarray]
+Content = KVPayload | np.ndarray
 
 
 def byte_view(array: np.ndarray) -> np.ndarray:

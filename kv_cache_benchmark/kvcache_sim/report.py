@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvcache_sim.cache import MultiTierCache, TierStats
 from kvcache_sim.engine import Outcome, RunSettings
 from kvcache_sim.stats import PERCENTILES, Series, summarize_ms
-from kvcache_sim.cache import MultiTierCache, TierStats
 from kvcache_sim.tiers import GIB
 
 SCHEMA = "mlps-kvcache-result/1"

@@ -38,7 +38,7 @@ def summarize_ms(samples: list[float]) -> dict[str, float]:
     if not data.size:
         return {"mean": 0.0, **{k: 0.0 for k in PERCENTILES}}
     values = np.percentile(data, list(PERCENTILES.values())) * 1000.0
-    return {"mean": float(data.mean() * 1000.0), **{k: float(v) for k, v in zip(PERCENTILES, values)}}
+    return {"mean": float(data.mean() * 1000.0), **{k: float(v) for k, v in zip(PERCENTILES, values, strict=True)}}
 
 
 class Counters:

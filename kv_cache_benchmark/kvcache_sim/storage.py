@@ -27,8 +27,9 @@ import re
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format

@@ -135,9 +135,9 @@ class GpuTier(Tier):
 def gpu_available() -> bool:
     try:
         import torch
-    except Exception:  # noqa: BLE001 - any import failure means no GPU tier
+    except Exception:  # any import failure means no GPU tier
         return False
     try:
         return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False

@@ -18,9 +18,11 @@ import csv
 import glob
 import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
 
 @dataclass
 class Request:
