@@ -1,5 +1,7 @@
-"""The package's layers kept by contract (.importlinter, the architecture's picture) and no dead
-code (vulture): both run here so a change that breaks either fails the suite."""
+"""The package's layers kept by contract (.importlinter, the architecture's picture), no dead
+code (vulture), no type error (mypy) and no lint finding (ruff): all run here so a change that
+breaks any fails the suite. mypy keeps its cache in the repository's .mypy_cache (ignored by
+git), so a run after the first checks only what changed."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# What ruff checks (pyproject.toml's [tool.ruff]); mypy checks mlpstorage_py ([tool.mypy]).
+LINTED = ("mlpstorage_py", "kv_cache_benchmark", "bench")
 # vulture reports names it cannot see used at 60 % confidence and up: unused functions,
 # classes, methods, attributes and variables (100 % for unreachable code and unused arguments).
 VULTURE_CONFIDENCE = 60
@@ -70,3 +74,23 @@ def test_readers_contract_names_every_rule_module():
               if line.strip() and not line.strip().startswith(";")}
     present = {f"mlpstorage_py.checker.{path.stem}" for path in (ROOT / "mlpstorage_py" / "checker").glob("rules_*.py")}
     assert listed == present
+
+
+def test_mypy_finds_no_type_errors():
+    """mypy over mlpstorage_py (pyproject.toml's [tool.mypy]: strict on results/, checker/ and
+    launch/, checked everywhere else) reports no error."""
+    done = subprocess.run([str(_tool("mypy")), "--cache-dir", str(ROOT / ".mypy_cache"), "--no-pretty",
+                           "--no-error-summary"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert not errors, f"{len(errors)} mypy errors:\n" + "\n".join(errors)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def test_ruff_finds_nothing():
+    """`ruff check` over the package, the KV cache benchmark and the benches (pyproject.toml's
+    [tool.ruff]) reports no finding."""
+    done = subprocess.run([str(_tool("ruff")), "check", "--no-fix", "--output-format", "concise", *LINTED],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    findings = [line for line in done.stdout.splitlines() if line.startswith(LINTED)]
+    assert not findings, f"{len(findings)} ruff findings:\n" + "\n".join(findings)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
