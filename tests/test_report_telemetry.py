@@ -254,3 +254,15 @@ def test_the_page_in_chromium_shows_the_telemetry(tmp_path):
     assert coloured(shot, (31, 119, 180)) > 2000 and coloured(shot, (255, 127, 14)) > 2000  # the hosts' lines
     shading = tuple(int(tf.PHASE_FILL["saturated"][i:i + 2], 16) for i in (1, 3, 5))
     assert coloured(shot, shading) > 20000  # the write phase's bands
+
+
+def test_a_sample_or_phase_of_an_unknown_version_is_named_not_drawn(tmp_path):
+    """results/bottleneck.py's schemas: the samples and records of before their version are drawn,
+    those of a version this tool does not read are named in a note and left out."""
+    rows = [sample("a", T0 + 1), sample("a", T0 + 2, schema_version=1), sample("a", T0 + 3, schema_version=9)]
+    leaf = write_leaf(tmp_path / "leaf", {"a": rows}, [phase("p1", T0 + 1, T0 + 2), {**phase("p2", T0, T0 + 3), "schema_version": 9}])
+    text, drawn = part(leaf)
+    assert drawn == 1
+    assert "1 telemetry samples are not drawn: telemetry sample records schema version 9, which this tool" in text
+    assert "a bottleneck record is not shown: bottleneck records schema version 9" in text
+    assert "p1" in text and "p2" not in text

@@ -13,6 +13,8 @@ from kvcache_sim.engine import Outcome, RunSettings
 from kvcache_sim.stats import PERCENTILES, Series, summarize_ms
 from kvcache_sim.tiers import GIB
 
+# mlpstorage reads it as results/kv.py KvRank.VERSION; this package does not import mlpstorage (README),
+# so tests/test_record_schemas.py keeps the two equal.
 SCHEMA = "mlps-kvcache-result/1"
 # Percentiles of a latency series that must be backed by this many samples before an SLA check uses them.
 MIN_SAMPLES = {"p95": 20, "p99": 100, "p999": 1000, "p9999": 10000}

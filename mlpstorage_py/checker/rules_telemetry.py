@@ -7,25 +7,25 @@ the rules do not require client headroom; Rules.md, TEL-01."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from mlpstorage_py.checker.registry import LEAF, Finding, Rule, rule
 from mlpstorage_py.results import bottleneck
+from mlpstorage_py.results.schema import Unread
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf
 
 TELEMETRY = "telemetry"
 
 
-def records(leaf: Leaf) -> list[dict[str, Any]]:
-    """The leaf's bottleneck records (telemetry/bottleneck.json); none where it has no telemetry."""
+def records(leaf: Leaf) -> tuple[list[bottleneck.Bottleneck], list[Unread]]:
+    """The leaf's bottleneck records (telemetry/bottleneck.json) and those of a version this tool
+    does not read; none where it has no telemetry."""
     if files.names(leaf.path).get(TELEMETRY) != files.DIR:
-        return []
+        return [], []
     folder = files.child(leaf.path, TELEMETRY)
     if files.names(folder).get(bottleneck.FILE) != files.FILE:
-        return []
-    data = files.json_or_unreadable(files.child(folder, bottleneck.FILE))
-    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+        return [], []
+    return bottleneck.read_records(files.json_or_unreadable(files.child(folder, bottleneck.FILE)))
 
 
 @rule("TEL-01", "clientsLimitedResult").check(LEAF, command="run")
@@ -33,9 +33,14 @@ def clients_limited(r: Rule, leaf: Leaf) -> Iterable[Finding]:
     """A CLOSED run leaf whose telemetry shows a saturated client CPU, memory or link (a warning)."""
     if leaf.division != "closed":
         return
-    for record in records(leaf):
-        found = [s for s in record.get("saturated") or [] if isinstance(s, dict) and s.get("what") in bottleneck.CLIENT_KINDS]
+    where = files.child(files.child(leaf.path, TELEMETRY), bottleneck.FILE)
+    read, unread = records(leaf)
+    for record in read:
+        saturated = record.data.get("saturated")
+        found = [s for s in saturated if isinstance(s, dict) and s.get("what") in bottleneck.CLIENT_KINDS] \
+            if isinstance(saturated, list) else []
         if found:
             texts = "; ".join(str(s.get("text") or s.get("what")) for s in found)
-            yield r.warning(files.child(files.child(leaf.path, TELEMETRY), bottleneck.FILE),
-                            f"the clients, not the storage, limited {record.get('phase') or 'a phase'}: {texts}")
+            yield r.warning(where, f"the clients, not the storage, limited {record.text('phase') or 'a phase'}: {texts}")
+    for unknown in unread[:1]:
+        yield r.warning(where, f"not judged: {unknown.text()}")

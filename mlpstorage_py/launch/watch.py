@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from mlpstorage_py.results.bottleneck import Bottleneck, TelemetrySample
 from mlpstorage_py.telemetry.rank_progress import PROGRESS_TAG, TELEMETRY_TAG
 
 MIB = 2 ** 20
@@ -148,11 +149,15 @@ class Watch:
             self.hosts_sampled.add(host)
             if self.telemetry_dir is None:
                 return
+            try:
+                sample = TelemetrySample(record).to_json()
+            except ValueError:
+                return  # a sampler's bug: a field of the wrong type would break its readers
             out = self._files.get(host)
             if out is None:
                 self.telemetry_dir.mkdir(parents=True, exist_ok=True)
                 out = self._files[host] = open(self.telemetry_dir / _host_file(host), "a", encoding="utf-8")
-            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+            out.write(json.dumps(sample, separators=(",", ":")) + "\n")
             out.flush()
 
     def endpoint_totals(self) -> dict[str, dict[str, Any]]:
@@ -268,7 +273,8 @@ def record_bottleneck(watch: Watch, leaf: Path, label: str, start: float, end: f
     samples = bottleneck.read_samples(watch.telemetry_dir)
     spans = {f"{label}: {phase}" if phase else label: span for phase, span in sorted(watch.phases.items(),
                                                                                     key=lambda kv: kv[1][0])}
-    records = [{"job": label, **bottleneck.analyse(samples, name, *span)} for name, span in (spans or {label: [start, end]}).items()]
+    records = [Bottleneck({"job": label, **bottleneck.analyse(samples, name, *span)}).to_json()
+               for name, span in (spans or {label: [start, end]}).items()]
     for path, key in ((watch.telemetry_dir / bottleneck.FILE, None), (leaf / "summary.json", "bottleneck")):
         if key is not None and not path.is_file():
             continue

@@ -24,6 +24,7 @@ from typing import Any
 
 from mlpstorage_py.report import markup, plots
 from mlpstorage_py.results import bottleneck
+from mlpstorage_py.results.schema import Unread
 from mlpstorage_py.results.tree import files
 from mlpstorage_py.results.tree.package import Leaf
 
@@ -112,7 +113,9 @@ def _phases(leaf: Leaf, directory: Any) -> tuple[list[Phase], list[str]]:
             notes.append(f"{DIRECTORY}/{bottleneck.FILE}: {problem}")
     if not isinstance(records, list):
         records = _obj(leaf.summary).get("bottleneck")
-    records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    read, unread = bottleneck.read_records(records)
+    notes += [f"a bottleneck record is not shown: {_name(r.text())}" for r in unread[:1]]
+    records = [r.data for r in read]
     if len(records) > MAX_PHASES:
         notes.append(f"{len(records)} bottleneck records: the first {MAX_PHASES} are shown")
     phases = []
@@ -147,11 +150,13 @@ def _samples(directory: Any) -> tuple[dict[str, list[dict[str, Any]]], list[str]
                                "this page reads: the telemetry is not drawn")
     if too_big:
         return {}, too_big
-    found = bottleneck.read_samples(directory)
+    unread: list[Unread] = []
+    found = bottleneck.read_samples(directory, unread)
+    notes = [f"{len(unread)} telemetry samples are not drawn: {_name(unread[0].text())}"] if unread else []
     named: dict[str, list[dict[str, Any]]] = {}
     for host, rows in found.items():
         named.setdefault(_name(host), []).extend(r for r in rows if _num(r.get("t")) is not None)
-    return {h: sorted(rows, key=lambda r: r["t"]) for h, rows in sorted(named.items()) if rows}, []
+    return {h: sorted(rows, key=lambda r: r["t"]) for h, rows in sorted(named.items()) if rows}, notes
 
 
 # --- the panels ----------------------------------------------------------------------------

@@ -10,9 +10,14 @@ limited a CLOSED result). Thresholds (ManPage, Telemetry):
 - memory: used at or above MEMORY_USED_PCT of the total.
 A phase shorter than two samples on a host cannot be judged there and says so.
 
-TelemetrySample (one line of telemetry/<host>.jsonl, telemetry/sample.py) has no version of its
-own: the only form so far, read as the leaf's layout version has it.
-    none/1  t (seconds since the epoch), dt, host, cpu, mem, net, disks, nfs (telemetry/sample.py)
+TelemetrySample (one line of telemetry/<host>.jsonl: telemetry/sample.py measures it, watch.py
+writes it), key "schema_version":
+    none    t (seconds since the epoch), dt, host, cpu, mem, net, disks, nfs (telemetry/sample.py)
+    1       the same fields
+Bottleneck (one phase's record in telemetry/bottleneck.json and summary.json's `bottleneck` list,
+written by launch/watch.py), key "schema_version":
+    none    job, phase, start, end, saturated, clients_limited, summary, hosts, unjudged_hosts
+    1       the same fields
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlpstorage_py.results.schema import NUMBER, OBJECT, TEXT, Schema
+from mlpstorage_py.results.schema import FLAG, LIST, NUMBER, OBJECT, TEXT, Schema, Unread
 
 CPU_BUSY_PCT = 90.0
 DEVICE_UTIL_PCT = 90.0
@@ -33,14 +38,28 @@ FILE = "bottleneck.json"
 
 class TelemetrySample(Schema):
     KIND = "telemetry sample"
-    VERSION_KEY = None
     VERSION = 1
     FIELDS = {"t": NUMBER, "dt": NUMBER, "host": TEXT, "cpu": OBJECT, "mem": OBJECT, "net": OBJECT, "disks": OBJECT,
               "nfs": OBJECT}
 
 
-def read_samples(directory: Path) -> dict[str, list[dict[str, Any]]]:
-    """Each host's samples (telemetry/<host>.jsonl), in time order; a line that is not a record is skipped."""
+class Bottleneck(Schema):
+    KIND = "bottleneck"
+    VERSION = 1
+    FIELDS = {"job": TEXT, "phase": TEXT, "start": NUMBER, "end": NUMBER, "saturated": LIST, "clients_limited": FLAG,
+              "summary": TEXT, "hosts": OBJECT, "unjudged_hosts": LIST}
+
+
+def read_records(data: Any) -> tuple[list[Bottleneck], list[Unread]]:
+    """The bottleneck records of a list (bottleneck.json, summary.json's `bottleneck`) and those
+    of a version this tool does not read; anything else in the list is skipped."""
+    found = [Bottleneck.from_json(r) for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+    return [r for r in found if isinstance(r, Bottleneck)], [r for r in found if isinstance(r, Unread)]
+
+
+def read_samples(directory: Path, unread: list[Unread] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Each host's samples (telemetry/<host>.jsonl), in time order; a line that is not a record is
+    skipped, one of a version this tool does not read is skipped and added to `unread`."""
     found: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
         if path.is_symlink() or not path.is_file():
@@ -51,6 +70,8 @@ def read_samples(directory: Path) -> dict[str, list[dict[str, Any]]]:
             except ValueError:
                 continue
             sample = TelemetrySample.from_json(record) if isinstance(record, dict) else None
+            if isinstance(sample, Unread) and unread is not None:
+                unread.append(sample)
             if isinstance(sample, TelemetrySample) and isinstance(sample.data.get("t"), (int, float)):
                 found.setdefault(str(sample.data.get("host") or path.stem), []).append(record)
     return {host: sorted(samples, key=lambda r: r["t"]) for host, samples in found.items()}

@@ -7,6 +7,11 @@ VdbSummary (summary.json, written by benchmarks/vectordb*.py), key "schema_versi
     none    the reference tool's (v3.0) and ours before it stamped one: the phase's figures
             (throughput_qps, latencies, recall), num_vectors, dimension, index_type, database, ...
     1       ours: the same fields, with benchmark_phase, ground_truth, served_by and datagen_leaf
+VdbRank (vectordb_rank_<r>.json, one query rank's result, written by vectordb/rank.py and
+vectordb/diskann_rank.py, read by vectordb/clients.read_ranks), key "schema_version":
+    none    ours before it stamped one: rank, world_size, hostname, seconds, queries, batches,
+            latencies ([batch size, ms] per batch), hits (query index -> first result ids), ...
+    1       the same fields (DiskANN's add index_dir, o_direct, rss_bytes, host_leader, host_io)
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from mlpstorage_py.results.schema import NUMBER, OBJECT, TEXT, Schema
+from mlpstorage_py.results.schema import LIST, NUMBER, OBJECT, TEXT, Schema
 from mlpstorage_py.results.tree.files import DIR, entries, kind_of, load_json, real_file
 from mlpstorage_py.results.tree.package import Leaf
 from mlpstorage_py.results.tree.values import as_int, as_number, dig
@@ -32,6 +37,14 @@ class VdbSummary(Schema):
     VERSION = 1
     FIELDS = {"benchmark_phase": TEXT, "num_vectors": NUMBER, "dimension": NUMBER, "index_type": TEXT,
               "collection_name": TEXT, "database": OBJECT, "datagen_leaf": TEXT}
+
+
+class VdbRank(Schema):
+    KIND = "vectordb_rank_*.json"
+    VERSION = 1
+    FIELDS = {"rank": NUMBER, "world_size": NUMBER, "hostname": TEXT, "seconds": NUMBER, "queries": NUMBER,
+              "batches": NUMBER, "latencies": LIST, "hits": OBJECT, "start": NUMBER, "end": NUMBER, "qps": NUMBER,
+              "connect_and_warmup_seconds": NUMBER, "host_io": OBJECT}
 
 
 def engine(leaf: Leaf) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.errors import BenchmarkFailed
+from mlpstorage_py.results.vdb import VdbRank
 from mlpstorage_py.vectordb.rank import rank_path
 
 RANK_KEYS = ("rank", "world_size", "hostname", "seconds", "queries", "batches", "latencies", "hits")
@@ -37,6 +38,11 @@ def read_ranks(leaf: Path, world_size: int) -> list[dict[str, Any]]:
         except (OSError, ValueError) as exc:
             problems.append(f"rank {rank}: {path.name} does not parse ({exc})")
             continue
+        record = VdbRank.from_json(doc) if isinstance(doc, dict) else None
+        if not isinstance(record, VdbRank):
+            problems.append(f"rank {rank}: " + (record.text() if record else f"{path.name} is not a JSON object"))
+            continue
+        doc = record.data
         missing = [k for k in RANK_KEYS if k not in doc]
         if missing:
             problems.append(f"rank {rank}: {path.name} lacks {missing}")

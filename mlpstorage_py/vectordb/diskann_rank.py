@@ -37,6 +37,7 @@ from mlpstorage_py.vectordb import devstats, diskann_engine
 diskann_engine.activate()  # diskannpy's numpy, before anything below imports one
 
 from mlpstorage_py.results import libraries
+from mlpstorage_py.results.vdb import VdbRank
 from mlpstorage_py.telemetry import rank_progress
 
 _PARENT = os.getppid()
@@ -102,7 +103,7 @@ def rss_bytes() -> int:
     return 0
 
 
-def run_rank(spec: dict[str, Any], comm: Any, local: Any, processor: str) -> dict[str, Any]:
+def run_rank(spec: dict[str, Any], comm: Any, local: Any, processor: str) -> VdbRank:
     """The body of one rank: comm is the world, local the ranks on this host."""
     import diskannpy  # type: ignore[import-not-found]  # the engine's prefix, not this environment
 
@@ -175,12 +176,12 @@ def run_rank(spec: dict[str, Any], comm: Any, local: Any, processor: str) -> dic
         host_io = {**device, "boot_id": devstats.boot_id(), "page_cache": cache}
         if before is not None:
             host_io["counters"] = devstats.difference(before, devstats.read_counters(device["stat"]))
-    return {"rank": rank, "world_size": size, "hostname": socket.gethostname(), "mpi_processor_name": processor,
-            "pid": os.getpid(), "start": started_wall, "end": ended_wall, "seconds": seconds,
-            "batches": len(latencies), "queries": done, "qps": done / seconds if seconds > 0 else 0.0,
-            "latencies": latencies, "hits": hits, "connect_and_warmup_seconds": open_s,
-            "index_dir": str(where), "index_copy": copy, "o_direct": direct, "rss_bytes": resident,
-            "host_leader": leader, "host_io": host_io}
+    return VdbRank({"rank": rank, "world_size": size, "hostname": socket.gethostname(), "mpi_processor_name": processor,
+                    "pid": os.getpid(), "start": started_wall, "end": ended_wall, "seconds": seconds,
+                    "batches": len(latencies), "queries": done, "qps": done / seconds if seconds > 0 else 0.0,
+                    "latencies": latencies, "hits": hits, "connect_and_warmup_seconds": open_s,
+                    "index_dir": str(where), "index_copy": copy, "o_direct": direct, "rss_bytes": resident,
+                    "host_leader": leader, "host_io": host_io})
 
 
 def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
@@ -198,7 +199,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
         spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
         local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
         record = run_rank(spec, comm, local, MPI.Get_processor_name())
-        write_atomic(rank_path(Path(spec["leaf"]), rank), record)
+        write_atomic(rank_path(Path(spec["leaf"]), rank), record.to_json())
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
     except BaseException as exc:
         sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpstorage_py.results import libraries
+from mlpstorage_py.results.vdb import VdbRank
 from mlpstorage_py.telemetry import rank_progress
 
 RANK_FILE = "vectordb_rank_{rank}.json"
@@ -46,7 +47,7 @@ def rank_path(leaf: Path, rank: int) -> Path:
 
 
 def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor: str,
-             timings: list[tuple[int, int, int, float, float]] | None = None) -> dict[str, Any]:
+             timings: list[tuple[int, int, int, float, float]] | None = None) -> VdbRank:
     """The body of one rank; returns its record (the caller writes it). `barrier` releases all
     ranks together once every one of them is connected and warmed up. `timings` gets each
     batch's (global batch, first query index, size, start and latency in ms)."""
@@ -107,11 +108,11 @@ def run_rank(spec: dict[str, Any], rank: int, size: int, barrier: Any, processor
     seconds = time.perf_counter() - t0
     ended_wall = time.time()
     client.close()
-    return {"rank": rank, "world_size": size, "hostname": socket.gethostname(), "mpi_processor_name": processor,
-            "pmix_hostname": os.environ.get("PMIX_HOSTNAME"), "pid": os.getpid(),
-            "connect_and_warmup_seconds": connect_s, "start": started_wall, "end": ended_wall, "seconds": seconds,
-            "batches": len(latencies), "queries": done, "qps": done / seconds if seconds > 0 else 0.0,
-            "latencies": latencies, "hits": hits}
+    return VdbRank({"rank": rank, "world_size": size, "hostname": socket.gethostname(), "mpi_processor_name": processor,
+                    "pmix_hostname": os.environ.get("PMIX_HOSTNAME"), "pid": os.getpid(),
+                    "connect_and_warmup_seconds": connect_s, "start": started_wall, "end": ended_wall,
+                    "seconds": seconds, "batches": len(latencies), "queries": done,
+                    "qps": done / seconds if seconds > 0 else 0.0, "latencies": latencies, "hits": hits})
 
 
 def write_worker_csv(path: Path, timings: list[tuple[int, int, int, float, float]]) -> None:
@@ -142,7 +143,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
         record = run_rank(spec, rank, size, comm.Barrier, MPI.Get_processor_name(), timings)
         if timings is not None:
             write_worker_csv(Path(spec["leaf"]) / WORKER_CSV.format(rank=rank), timings)
-        write_atomic(rank_path(Path(spec.get("rank_dir") or spec["leaf"]), rank), record)
+        write_atomic(rank_path(Path(spec.get("rank_dir") or spec["leaf"]), rank), record.to_json())
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
     except BaseException as exc:  # one line for the parent, then stop the whole job
         # The one-line cause first: the parent quotes the first exception line it finds.
