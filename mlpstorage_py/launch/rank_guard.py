@@ -17,6 +17,8 @@ import os
 import signal
 import socket
 import sys
+import traceback
+from typing import Any
 
 from mlpstorage_py.launch.heartbeat import mark_work, started_line
 from mlpstorage_py.telemetry import rank_progress
@@ -54,3 +56,13 @@ def report_started(rank: int | None = None) -> None:
     except BrokenPipeError:
         os._exit(1)
     rank_progress.start(rank)
+
+
+def abort_job(comm: Any, rank: int, exc: BaseException) -> None:
+    """A rank's failure, then the whole MPI job stopped (`comm.Abort`): the one-line cause first,
+    since the parent quotes the first exception line it finds, then the traceback for the log."""
+    sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
+                     f"{' '.join(str(exc).split())[:400]}\n")
+    sys.stderr.write(traceback.format_exc())
+    sys.stderr.flush()
+    comm.Abort(1)

@@ -24,7 +24,6 @@ import shutil
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +188,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
 
     from mpi4py import MPI
 
-    from mlpstorage_py.launch.rank_guard import report_started
+    from mlpstorage_py.launch.rank_guard import abort_job, report_started
     from mlpstorage_py.vectordb.rank import rank_path, write_atomic
 
     comm = MPI.COMM_WORLD
@@ -201,12 +200,8 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
         record = run_rank(spec, comm, local, MPI.Get_processor_name())
         write_atomic(rank_path(Path(spec["leaf"]), rank), record.to_json())
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
-    except BaseException as exc:
-        sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
-                         f"{' '.join(str(exc).split())[:400]}\n")
-        sys.stderr.write(traceback.format_exc())
-        sys.stderr.flush()
-        comm.Abort(1)
+    except BaseException as exc:  # one line for the parent, then stop the whole job
+        abort_job(comm, rank, exc)
     return 0
 
 

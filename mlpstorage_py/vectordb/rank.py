@@ -26,7 +26,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +131,7 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
 def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
     from mpi4py import MPI
 
-    from mlpstorage_py.launch.rank_guard import report_started
+    from mlpstorage_py.launch.rank_guard import abort_job, report_started
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -146,12 +145,7 @@ def main(spec_path: str) -> int:  # pragma: no cover - runs under mpirun
         write_atomic(rank_path(Path(spec.get("rank_dir") or spec["leaf"]), rank), record.to_json())
         libraries.report(Path(spec["leaf"]) / libraries.DIR_NAME, rank)
     except BaseException as exc:  # one line for the parent, then stop the whole job
-        # The one-line cause first: the parent quotes the first exception line it finds.
-        sys.stderr.write(f"{type(exc).__name__}: rank {rank} on {socket.gethostname()}: "
-                         f"{' '.join(str(exc).split())[:400]}\n")
-        sys.stderr.write(traceback.format_exc())
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, rank, exc)
     return 0
 
 
