@@ -226,12 +226,17 @@ def test_a_copy_per_host_is_searched(built, tmp_path):
 
 
 @pytest.mark.heavy
-def test_query_clients_over_two_hosts(built, sim_hosts):
+def test_query_clients_over_two_hosts(built, make_sim_cluster):
     """One rank on each of two simulated hosts over the one index (a shared filesystem), then a
-    copy per host: the hosts share this machine's kernel, so the device is counted once."""
-    h1, h2 = sim_hosts.names[:2]
+    copy per host: the hosts share this machine's kernel, so the device is counted once. The
+    hosts are started after the index's disk is mounted: a simulated host's mount namespace is
+    a copy taken when it starts (`ip netns exec`), so the suite's session hosts, started
+    earlier, do not see a loop disk mounted since (a real cluster mounts its shared
+    filesystem on every host)."""
+    hosts = make_sim_cluster(2)
+    h1, h2 = hosts.names[:2]
     saved = dict(built.env)
-    built.env.update(sim_hosts.env())
+    built.env.update(hosts.env())
     try:
         s = built.run("--hosts", h1, h2, "--search-ef", "64")
         assert sorted(s["query_clients"]["hosts"]) == sorted([h1, h2]) and s["total_queries"] == 400
